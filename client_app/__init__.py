@@ -1,0 +1,1 @@
+"""Corolla's ClientApp: hosts logical clients on a node and routes messages to their method."""

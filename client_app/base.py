@@ -1,0 +1,214 @@
+"""Client side base: the node host (logical clients on a node) and the logical-client base class.
+
+A node hosts the logical clients its node config selects:
+
+* ``partition-id`` / ``num-partitions``: contiguous blocks of the run's logical client ids
+  (``np.array_split(range(K), num_partitions)[partition-id]``);
+* ``clients = "0-9,15"``: an explicit list (ranges allowed);
+* ``data-file = PATH``: an *edge node* with one user and its own interactions
+  (``item,rating[,timestamp]`` per line); it hosts logical client ``client-id`` (node config,
+  default ``1000000 + crc32(path content) % 1000000``).
+
+Other node-config keys: ``data-dir``, ``state-dir`` (where per-client state persists across
+messages; default: the run's ``state-dir``), ``device`` (``auto``/``cpu``/``cuda[:N]``) and
+``threads`` (torch threads, default 1).
+
+A method's client side subclasses :class:`LogicalClient` and implements one method per phase
+(``phase_<name>``), each returning the payload to upload, metrics, and the new state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import traceback
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from corolla import metrics as M
+from corolla.config import int_list
+from corolla.data import Federation, build_federation, edge_federation
+from corolla.state import StateStore, truncate
+
+
+@dataclass
+class PhaseResult:
+    payload: dict[str, np.ndarray] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, np.ndarray] | None = None   # None: unchanged
+
+
+class LogicalClient:
+    """One logical client (a user or a silo of users) of a method.
+
+    Subclasses implement ``init_state()`` and ``phase_<name>(rnd, state, shared, personal)``;
+    ``evaluate`` is provided: it calls :meth:`scores` and computes the protocol's per-user metrics.
+    """
+
+    def __init__(self, cfg: dict[str, Any], fed: Federation, cid: int, users: np.ndarray, device: torch.device):
+        self.cfg, self.fed, self.cid, self.users, self.device = cfg, fed, cid, users, device
+        self.ks = int_list(cfg, "topk")
+        self.item_mask = None
+        if fed.item_owner is not None:
+            self.item_mask = fed.item_owner == cid
+
+    # --- to implement
+    def init_state(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def scores(self, state, shared, personal, local_users: np.ndarray, items: np.ndarray | None) -> np.ndarray:
+        """Scores of ``local_users`` (indices into ``self.users``) on ``items`` (2-D, per user) or on
+        all items (``items is None``)."""
+        raise NotImplementedError
+
+    # --- provided
+    @property
+    def num_train(self) -> int:
+        return self.fed.count("train", self.users)
+
+    def phase_evaluate(self, rnd: int, state, shared, personal) -> PhaseResult:
+        out: dict[str, Any] = {}
+        for split in ("valid", "test"):
+            for k, v in self.evaluate_split(state, shared, personal, split).items():
+                out[f"{split}/{k}"] = v.tolist()
+        return PhaseResult(metrics=out)
+
+    def evaluate_split(self, state, shared, personal, split: str) -> dict[str, np.ndarray]:
+        fed, cfg = self.fed, self.cfg
+        has = np.array([len(fed.rows(split, u)) > 0 for u in self.users.tolist()], bool)
+        local = np.flatnonzero(has)
+        if not len(local):
+            return {}
+        if cfg["protocol"] == "loo":
+            neg = fed.neg_valid if split == "valid" else fed.neg_test
+            gu = self.users[local]
+            pos = np.array([fed.rows(split, u)[0] for u in gu.tolist()], np.int64)
+            cand = np.concatenate([neg[gu], pos[:, None]], 1)
+            s = self.scores(state, shared, personal, local, cand)
+            res = M.loo_user_metrics(s[:, -1], s[:, :-1], self.ks)
+            if cfg["compat-ties-against-positive"]:
+                for k, v in M.loo_user_metrics(s[:, -1], s[:, :-1], self.ks, True).items():
+                    res[f"ties:{k}"] = v
+            return res
+        s = self.scores(state, shared, personal, local, None).astype(np.float64)
+        truth = []
+        for row, u in enumerate(self.users[local].tolist()):
+            s[row, fed.rows("train", u)] = -np.inf
+            if split == "test":
+                s[row, fed.rows("valid", u)] = -np.inf
+            if self.item_mask is not None:
+                s[row, ~self.item_mask] = -np.inf
+            truth.append(fed.rows(split, u))
+        return M.full_rank_user_metrics(s, truth, self.ks, fedcia=cfg["compat-fedcia-metrics"])
+
+    def phase_topk(self, rnd: int, state, shared, personal) -> PhaseResult:
+        """Top-K of every hosted user with train and validation items masked."""
+        k = int(self.cfg["export-topk"])
+        s = self.scores(state, shared, personal, np.arange(len(self.users)), None).astype(np.float64)
+        for row, u in enumerate(self.users.tolist()):
+            s[row, self.fed.rows("train", u)] = -np.inf
+            s[row, self.fed.rows("valid", u)] = -np.inf
+        top = M.top_k(s, k)
+        out = {"users": self.users.tolist()}
+        for row in range(len(self.users)):
+            out[f"top/{row}"] = top[row].tolist()
+        return PhaseResult(metrics=out)
+
+
+def parse_id_list(text: str) -> list[int]:
+    """``"0-3,7"`` -> ``[0, 1, 2, 3, 7]``."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part[1:]:
+            a, b = part.split("-", 1) if not part.startswith("-") else (part, part)
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+class NodeHost:
+    """Everything one node does for one message: find its logical clients, run the phase for each,
+    persist their state, build the reply (as plain dicts; Flower I/O is in ``client_app.app``)."""
+
+    def __init__(self, node_config: dict[str, Any], msg_config: dict[str, Any]):
+        self.node_config = dict(node_config)
+        self.cfg = json.loads(msg_config["cfg"])
+        self.run_key = str(msg_config["run-key"])
+        self.data_dir = self.node_config.get("data-dir") or msg_config.get("data-dir") or None
+        state_root = (self.node_config.get("state-dir") or msg_config.get("state-dir")
+                      or os.path.join(tempfile.gettempdir(), "corolla-state"))
+        self.store = StateStore(state_root, self.run_key)
+        torch.set_num_threads(int(self.node_config.get("threads", 1)))
+        dev = str(self.node_config.get("device", self.cfg.get("device", "auto")))
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(dev)
+        self.edge_file = self.node_config.get("data-file")
+        if self.edge_file:
+            self.fed = edge_federation(self.edge_file, self.cfg, self.data_dir)
+            default = 1_000_000 + zlib.crc32(open(self.edge_file, "rb").read()) % 1_000_000
+            self.hosted = {int(self.node_config.get("client-id", default)): np.zeros(1, np.int64)}
+        else:
+            self.fed = build_federation(self.cfg, self.data_dir)
+            self.hosted = {c: self.fed.clients[c] for c in self.hosted_ids(self.fed.num_clients)}
+
+    def hosted_ids(self, k: int) -> list[int]:
+        nc = self.node_config
+        if "clients" in nc:
+            ids = parse_id_list(nc["clients"])
+            bad = [c for c in ids if not 0 <= c < k]
+            if bad:
+                raise ValueError(f"node config 'clients': ids {bad} outside 0..{k - 1}")
+            return ids
+        if "partition-id" in nc and "num-partitions" in nc:
+            p, n = int(nc["partition-id"]), int(nc["num-partitions"])
+            if not 0 <= p < n:
+                raise ValueError(f"node config 'partition-id'={p}: expected 0..{n - 1}")
+            return [int(c) for c in np.array_split(np.arange(k), n)[p]]
+        raise ValueError("node config: expected 'partition-id' and 'num-partitions', 'clients', or 'data-file'")
+
+    def client(self, cid: int) -> LogicalClient:
+        from client_app import registry
+
+        cls = registry.client_class(self.cfg["method"])
+        return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device)
+
+    def handshake(self, restore_round: int) -> dict[str, Any]:
+        for cid in self.hosted:
+            truncate(self.store, cid, restore_round)
+        hosted = {str(c): {"users": int(len(u)), "train": int(self.fed.count("train", u))}
+                  for c, u in self.hosted.items()}
+        return {"hosted": json.dumps(hosted), "n-items": int(self.fed.n_items), "edge": bool(self.edge_file)}
+
+    def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
+                  personal: dict[int, dict[str, np.ndarray]]):
+        """Run ``phase`` for every targeted hosted client; returns ``{cid: PhaseResult | str(error)}``."""
+        out: dict[int, PhaseResult | str] = {}
+        for cid in targets:
+            if cid not in self.hosted:
+                continue
+            try:
+                lc = self.client(cid)
+                loaded = self.store.load(cid, rnd)
+                state = loaded[1] if loaded is not None else lc.init_state()
+                fn = getattr(lc, f"phase_{phase}", None)
+                if fn is None:
+                    raise ValueError(f"method '{self.cfg['method']}' has no client phase '{phase}'")
+                res = fn(rnd, state, shared, personal.get(cid, {}))
+                if res.state is not None:
+                    self.store.save(cid, rnd, res.state)
+                elif loaded is None:
+                    self.store.save(cid, rnd, state)
+                out[cid] = res
+            except Exception:  # one failing logical client must not take the node down
+                out[cid] = traceback.format_exc(limit=6)
+        return out

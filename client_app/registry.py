@@ -1,0 +1,15 @@
+"""Method name -> client class (client side of each strategy)."""
+
+from __future__ import annotations
+
+
+def client_class(method: str):
+    if method in ("fedavg", "fcf"):
+        from client_app.mf import FedAvgClient
+
+        return FedAvgClient
+    if method == "local":
+        from client_app.mf import LocalClient
+
+        return LocalClient
+    raise ValueError(f"unknown method '{method}'")

@@ -1,0 +1,252 @@
+"""``corolla`` command line: ``corolla run`` and ``corolla presets``.
+
+``corolla run --preset NAME [--set key=value ...] [--mode local|sim] [--nodes N]
+[--data-dir DIR] [--out DIR] [--resume RUN_DIR] [--export-topk K] [--config FILE]``
+
+* ``--mode local`` (default): starts a SuperLink and N SuperNode processes on loopback (free
+  ports), submits the app with ``flwr run``, prints progress, and stops every process it started,
+  also on Ctrl-C or failure. Exit code 0 only when ``OUT/summary.json`` says ``completed``
+  (``flwr run`` itself exits 0 on failure).
+* ``--mode sim``: a simulation SuperLink (Flower's simulation runtime, Ray) with N virtual nodes.
+
+Everything runs through Flower's own processes; nothing is simulated by Corolla itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from corolla.config import ConfigError, list_presets, load_preset, parse_overrides, resolve
+
+APP_DIR = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process {proc.args[0]} exited with code {proc.returncode} before listening on {port}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+def _toml_str(v: str) -> str:
+    return json.dumps(str(v))
+
+
+class Cluster:
+    """SuperLink + SuperNodes (or a simulation SuperLink) on loopback, stopped on exit."""
+
+    def __init__(self, out: Path, mode: str, nodes: int, data_dir: str | None, node_configs=None):
+        self.out, self.mode, self.nodes, self.data_dir = out, mode, nodes, data_dir
+        self.node_configs = node_configs
+        self.procs: list[subprocess.Popen] = []
+        self.logs = out / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.flwr_home = Path(tempfile.mkdtemp(prefix="corolla-flwr-"))
+        self.env = dict(os.environ, FLWR_HOME=str(self.flwr_home),
+                        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", FLWR_DISABLE_UPDATE_CHECK="1",
+                        PYTHONUNBUFFERED="1")
+        self.env["PYTHONPATH"] = os.pathsep.join([str(APP_DIR), self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "ab")
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.out,
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def start(self) -> str:
+        port = free_port()
+        cmd = ["flower-superlink", "--insecure", "--disable-runtime-dependency-installation",
+               "--host", "127.0.0.1", "--port", str(port)]
+        if self.mode == "sim":
+            cmd += ["--simulation"]
+        else:
+            fleet = free_port()
+            cmd += ["--fleet-api-address", f"127.0.0.1:{fleet}"]
+        link = self._spawn("superlink", cmd)
+        wait_port(port, link)
+        if self.mode == "local":
+            wait_port(fleet, link)
+            for i in range(self.nodes):
+                nc = self.node_configs[i] if self.node_configs else {"partition-id": i, "num-partitions": self.nodes}
+                nc = dict(nc)
+                if self.data_dir and "data-dir" not in nc:
+                    nc["data-dir"] = self.data_dir
+                nc.setdefault("state-dir", str(self.out / "node-state" / f"node{i}"))
+                ncs = " ".join(f"{k}={_toml_str(v) if isinstance(v, str) else v}" for k, v in nc.items())
+                self._spawn(f"supernode{i}", ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{fleet}",
+                                              "--host", "127.0.0.1", "--port", str(free_port()),
+                                              "--node-config", ncs])
+        (self.flwr_home / "config.toml").write_text(
+            f'[superlink]\ndefault = "corolla"\n\n[superlink.corolla]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
+        return "corolla"
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        end = time.monotonic() + 10
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        self.procs.clear()
+
+
+def _tail(path: Path, pos: int) -> int:
+    if not path.is_file():
+        return pos
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        fh.seek(pos)
+        chunk = fh.read()
+        if chunk:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        return fh.tell()
+
+
+def run_command(args: argparse.Namespace) -> int:
+    overrides = parse_overrides(args.set or [])
+    if args.export_topk is not None:
+        overrides["export-topk"] = args.export_topk
+    if args.resume:
+        out = Path(args.resume).expanduser().resolve()
+        if not (out / "checkpoint.npz").is_file():
+            print(f"error: --resume {out}: no checkpoint.npz (no completed round to resume from)", file=sys.stderr)
+            return 2
+        saved = json.loads((out / "config.json").read_text())
+        cfg, preset = saved["config"], saved["preset"]
+    else:
+        if not args.preset:
+            print("error: --preset NAME is required (see 'corolla presets')", file=sys.stderr)
+            return 2
+        cfg = resolve(args.preset, overrides, args.config)  # validates before any process starts
+        preset = args.preset
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = Path(args.out).expanduser().resolve() if args.out else (Path.cwd() / "runs" / f"{preset}-{stamp}")
+        if (out / "summary.json").exists() or (out / "checkpoint.npz").exists():
+            print(f"error: --out {out} already holds a run; use --resume {out} or another --out", file=sys.stderr)
+            return 2
+    out.mkdir(parents=True, exist_ok=True)
+    data_dir = str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else os.environ.get("COROLLA_DATA", "")
+    run_cfg = {"preset": preset or "", "set": " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else json.dumps(v)}"
+                                                       for k, v in cfg.items()) if not args.resume else "",
+               "out-dir": str(out), "data-dir": data_dir, "resume-dir": str(out) if args.resume else ""}
+    summary_path = out / "summary.json"
+    if args.resume and summary_path.exists():
+        summary_path.unlink()
+    print(f"corolla: {preset} ({cfg['method']}, {cfg['dataset']}), {args.mode} mode, {args.nodes} nodes -> {out}")
+    cluster = Cluster(out, args.mode, args.nodes, data_dir or None)
+    progress = out / "progress.log"
+    pos = progress.stat().st_size if progress.exists() else 0
+    rc_flwr = None
+    try:
+        conn = cluster.start()
+        rc_file = out / "run-config.toml"
+        rc_file.write_text("".join(f"{k} = {_toml_str(v)}\n" for k, v in run_cfg.items()))
+        cmd = ["flwr", "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)]
+        if args.mode == "sim":
+            cmd += ["--federation-config", f"num-supernodes={args.nodes}"]
+        with open(cluster.logs / "flwr-run.log", "ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=str(APP_DIR),
+                                    start_new_session=True)
+            cluster.procs.insert(0, proc)
+            while proc.poll() is None:
+                pos = _tail(progress, pos)
+                if summary_path.exists():
+                    break
+                time.sleep(0.5)
+            rc_flwr = proc.poll()
+        pos = _tail(progress, pos)
+    except KeyboardInterrupt:
+        print("\ncorolla: interrupted; stopping the SuperLink and SuperNodes "
+              f"(resume with: corolla run --resume {out})", file=sys.stderr)
+        return 130
+    except (RuntimeError, OSError) as e:
+        print(f"corolla: {e}", file=sys.stderr)
+        return 1
+    finally:
+        cluster.stop()
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        if summary.get("status") == "completed":
+            print(json.dumps({"out": str(out), "rounds_completed": summary["rounds_completed"],
+                              "selected_round": summary["selection"]["round"], "metrics": summary["metrics"],
+                              **({"metrics_paper_compat": summary["metrics_paper_compat"]["metrics"]}
+                                 if "metrics_paper_compat" in summary else {}),
+                              "paper": summary.get("paper", {})}, indent=2))
+            return 0
+    print(f"corolla: the run failed (flwr run exit code {rc_flwr}); logs in {cluster.logs}", file=sys.stderr)
+    for name in ("flwr-run.log", "superlink.log"):
+        p = cluster.logs / name
+        if p.exists():
+            tail = p.read_text(errors="replace").splitlines()[-25:]
+            print(f"--- {p} (last lines)\n" + "\n".join(tail), file=sys.stderr)
+    return 1
+
+
+def presets_command(args: argparse.Namespace) -> int:
+    for p in list_presets():
+        nums = {k: v for k, v in p.paper.items() if isinstance(v, (int, float))}
+        paper = " ".join(f"{k}={v}" for k, v in nums.items())
+        print(f"{p.name}  {paper}  -- {p.paper.get('source', '')}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="corolla", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a preset through a real SuperLink and SuperNodes")
+    r.add_argument("--preset")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    r.add_argument("--config", help="TOML file of config keys (between the preset and --set)")
+    r.add_argument("--mode", choices=("local", "sim"), default="local")
+    r.add_argument("--nodes", type=int, default=4)
+    r.add_argument("--data-dir")
+    r.add_argument("--out")
+    r.add_argument("--resume", metavar="RUN_DIR")
+    r.add_argument("--export-topk", type=int, metavar="K")
+    p = sub.add_parser("presets", help="list presets with their paper numbers")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "run":
+            if args.nodes < 1:
+                ap.error("--nodes: expected >= 1")
+            return run_command(args)
+        return presets_command(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

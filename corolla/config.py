@@ -1,0 +1,268 @@
+"""Run configuration: the key schema, presets and their resolution.
+
+A run's configuration is resolved as ``schema defaults < preset < --set overrides``.
+Keys are kebab-case like Flower run-config keys; values are TOML scalars (lists are written
+as comma-separated strings, e.g. ``topk = "5,10,20"``) because Flower run-config values must
+be scalars. An unknown key is an error that lists the valid ones.
+
+Presets live in ``presets/<name>.toml`` beside this package (the app directory, so they are
+shipped inside the Flower App Bundle)::
+
+    [preset]
+    description = "..."
+    [config]
+    method = "fedavg"
+    ...
+    [paper]            # the numbers the paper reports for this configuration
+    source = "FedCIA (SIGIR'25) Table 1, FedMF row"
+    "f1@10" = 0.2074
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
+
+
+@dataclass(frozen=True)
+class Key:
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+
+
+# fmt: off
+SCHEMA: dict[str, Key] = {
+    # --- what runs
+    "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local")),
+    "model": Key("mf", "model of every logical client", ("mf", "ncf")),
+    "num-rounds": Key(20, "number of federated rounds"),
+    "seed": Key(42, "seed of every random choice (data, init, sampling)"),
+    "fraction-train": Key(1.0, "fraction of logical clients sampled for training each round"),
+    "phase-timeout": Key(300.0, "seconds to wait for the replies of one phase; missing replies are dropped"),
+    # --- data
+    "dataset": Key("ml-100k", "dataset name", ("ml-100k", "ml-1m", "lastfm-2k", "filmtrust", "gowalla", "amazon-video")),
+    "rating-threshold": Key(0.0, "keep interactions with rating >= threshold (0 keeps all)"),
+    "min-user-interactions": Key(0, "drop users with fewer interactions (after the threshold)"),
+    "split": Key("loo", "train/valid/test split", ("loo", "ratio", "fedcia", "given")),
+    "split-ratios": Key("0.8,0.1,0.1", "per-user train,valid,test fractions for split=ratio (and valid from train for split=given)"),
+    "eval-negatives": Key(99, "sampled negatives per user for protocol=loo (drawn once)"),
+    "eval-neg-pool": Key("disjoint", "loo negatives: 'disjoint' = 2N uninteracted items, first N valid, last N test; 'shared' = the same N for both", ("disjoint", "shared")),
+    "partition": Key("user", "logical clients", ("user", "blocks", "random", "spectral", "fedcia")),
+    "num-clients": Key(100, "number of logical clients for partition=blocks|random|spectral"),
+    # --- evaluation
+    "protocol": Key("loo", "evaluation protocol", ("loo", "full-rank")),
+    "topk": Key("10", "cut-offs K of every metric, comma-separated"),
+    "compat-fedcia-metrics": Key(False, "also report FedCIA's set-ordered MRR/NDCG with hits-only IDCG and F1 of means"),
+    "compat-ties-against-positive": Key(False, "also report loo metrics with ties ranked against the positive (FedCA/UFGraphFR code)"),
+    "compat-select-on-test": Key(False, "also report the paper's test-selected round (best test metric, '>=')"),
+    "select-metric": Key("ndcg@10", "validation metric that selects the reported round"),
+    "select-tie": Key("first", "which of equal validation values wins: 'first' (strict >) or 'last' (>=)", ("first", "last")),
+    "patience": Key(0, "stop after this many rounds without validation improvement (0 = never)"),
+    "eval-every": Key(1, "evaluate every N rounds (and always after the last)"),
+    # --- model and local training
+    "dim": Key(64, "embedding dimension"),
+    "init-std": Key(0.1, "std of the normal initialisation of embeddings"),
+    "mlp-layers": Key("64,32,16,8", "NCF tower: input width (2*dim) then hidden widths, comma-separated"),
+    "loss": Key("bpr", "local loss", ("bpr", "bce", "fedcia-mse")),
+    "optimizer": Key("adam", "local optimiser", ("adam", "sgd")),
+    "optimizer-state": Key("persist", "keep optimiser state across rounds ('persist') or start fresh each round", ("persist", "fresh")),
+    "lr": Key(0.01, "local learning rate"),
+    "weight-decay": Key(0.0, "L2 coefficient of the loss regulariser on the batch embeddings"),
+    "local-epochs": Key(1, "local epochs per round"),
+    "batch-size": Key(4096, "local batch size"),
+    "train-samples": Key("per-positive", "'fixed-triples': (user, pos, neg) triples drawn once, as many as train interactions (FedCIA); 'per-positive': num-negatives negatives per positive, re-drawn each round", ("fixed-triples", "per-positive")),
+    "num-negatives": Key(1, "training negatives per positive"),
+    "neg-pool": Key("train", "training negatives from items not in the user's train set ('train') or not interacted at all ('uninteracted')", ("train", "uninteracted")),
+    "device": Key("auto", "torch device of the clients: auto (CUDA if available), cpu, cuda, cuda:N"),
+    # --- outputs
+    "export-topk": Key(0, "write OUT/topk.jsonl with the top-K items of every user (0 = off)"),
+}
+# fmt: on
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot be used (unknown key, wrong type, bad value)."""
+
+
+def _coerce(key: str, value: Any) -> Any:
+    spec = SCHEMA[key]
+    d = spec.default
+    try:
+        if isinstance(d, bool):
+            if isinstance(value, str):
+                if value.lower() in ("true", "1", "yes"):
+                    value = True
+                elif value.lower() in ("false", "0", "no"):
+                    value = False
+                else:
+                    raise ValueError
+            if not isinstance(value, bool):
+                raise ValueError
+        elif isinstance(d, int):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            value = int(value)
+        elif isinstance(d, float):
+            if isinstance(value, bool):
+                raise ValueError
+            value = float(value)
+        elif isinstance(d, str):
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            value = str(value)
+    except (ValueError, TypeError):
+        raise ConfigError(
+            f"config key '{key}': expected {type(d).__name__} (e.g. {d!r}), got {value!r}"
+        ) from None
+    if spec.choices is not None and value not in spec.choices:
+        raise ConfigError(f"config key '{key}': expected one of {list(spec.choices)}, got {value!r}")
+    return value
+
+
+def unknown_key_error(key: str, where: str) -> ConfigError:
+    near = difflib.get_close_matches(key, SCHEMA, n=3)
+    hint = f" Did you mean {', '.join(near)}?" if near else ""
+    return ConfigError(
+        f"unknown config key '{key}' in {where}.{hint} Valid keys: {', '.join(sorted(SCHEMA))}"
+    )
+
+
+def parse_value(text: str) -> Any:
+    """Parse one override value as TOML (``5``, ``0.1``, ``true``, ``"x"``); bare words stay strings."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_overrides(items: list[str] | str) -> dict[str, Any]:
+    """Parse ``["k=v", ...]`` or one string ``"k=v k2=v2"`` into a dict."""
+    if isinstance(items, str):
+        import shlex
+
+        items = shlex.split(items)
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}': expected key=value")
+        k, v = item.split("=", 1)
+        out[k.strip()] = parse_value(v.strip())
+    return out
+
+
+@dataclass
+class Preset:
+    name: str
+    description: str
+    config: dict[str, Any]
+    paper: dict[str, Any] = field(default_factory=dict)
+
+
+def preset_path(name: str) -> Path:
+    return PRESET_DIR / f"{name}.toml"
+
+
+def list_presets() -> list[Preset]:
+    return [load_preset(p.stem) for p in sorted(PRESET_DIR.glob("*.toml"))]
+
+
+def load_preset(name: str) -> Preset:
+    path = preset_path(name)
+    if not path.is_file():
+        names = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+        raise ConfigError(f"unknown preset '{name}' (no {path}). Presets: {', '.join(names)}")
+    with open(path, "rb") as fh:
+        doc = tomllib.load(fh)
+    extra = set(doc) - {"preset", "config", "paper"}
+    if extra:
+        raise ConfigError(f"preset {path}: unexpected tables {sorted(extra)}; expected preset, config, paper")
+    cfg = doc.get("config", {})
+    for k in cfg:
+        if k not in SCHEMA:
+            raise unknown_key_error(k, f"preset {path}")
+    return Preset(
+        name=name,
+        description=doc.get("preset", {}).get("description", ""),
+        config=cfg,
+        paper=doc.get("paper", {}),
+    )
+
+
+def resolve(preset: str | None, overrides: dict[str, Any] | None = None,
+            config_file: str | None = None) -> dict[str, Any]:
+    """Resolve ``defaults < preset < config file < overrides`` into a validated dict."""
+    cfg: dict[str, Any] = {k: s.default for k, s in SCHEMA.items()}
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if preset:
+        layers.append((f"preset '{preset}'", load_preset(preset).config))
+    if config_file:
+        with open(config_file, "rb") as fh:
+            layers.append((f"config file {config_file}", tomllib.load(fh)))
+    if overrides:
+        layers.append(("overrides", overrides))
+    for where, layer in layers:
+        for k, v in layer.items():
+            if k not in SCHEMA:
+                raise unknown_key_error(k, where)
+            cfg[k] = _coerce(k, v)
+    validate(cfg)
+    return cfg
+
+
+def int_list(cfg: dict[str, Any], key: str) -> list[int]:
+    try:
+        vals = [int(x) for x in str(cfg[key]).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"config key '{key}': expected comma-separated integers, got {cfg[key]!r}") from None
+    if not vals:
+        raise ConfigError(f"config key '{key}': expected at least one integer")
+    return vals
+
+
+def float_list(cfg: dict[str, Any], key: str) -> list[float]:
+    try:
+        return [float(x) for x in str(cfg[key]).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"config key '{key}': expected comma-separated numbers, got {cfg[key]!r}") from None
+
+
+def validate(cfg: dict[str, Any]) -> None:
+    """Cross-key checks with messages naming the key."""
+    if cfg["num-rounds"] < 1:
+        raise ConfigError(f"config key 'num-rounds': expected >= 1, got {cfg['num-rounds']}")
+    if not 0.0 < cfg["fraction-train"] <= 1.0:
+        raise ConfigError(f"config key 'fraction-train': expected in (0, 1], got {cfg['fraction-train']}")
+    ks = int_list(cfg, "topk")
+    if any(k < 1 for k in ks):
+        raise ConfigError(f"config key 'topk': expected positive integers, got {cfg['topk']!r}")
+    r = float_list(cfg, "split-ratios")
+    if len(r) != 3 or any(x < 0 for x in r) or abs(sum(r) - 1.0) > 1e-6:
+        raise ConfigError(f"config key 'split-ratios': expected three non-negative fractions summing to 1, got {cfg['split-ratios']!r}")
+    name, _, k = cfg["select-metric"].partition("@")
+    if name not in ("hr", "precision", "recall", "f1", "mrr", "ndcg") or not k.isdigit():
+        raise ConfigError(f"config key 'select-metric': expected '<hr|precision|recall|f1|mrr|ndcg>@K', got {cfg['select-metric']!r}")
+    if int(k) not in ks:
+        raise ConfigError(f"config key 'select-metric': K={k} is not in topk={cfg['topk']!r}")
+    if cfg["split"] == "fedcia" and (cfg["dataset"] != "ml-100k" or cfg["partition"] not in ("fedcia", "user", "blocks", "random")):
+        raise ConfigError("config key 'split': 'fedcia' is FedCIA's published ML-100K split; it needs dataset=ml-100k")
+    if cfg["partition"] == "fedcia" and cfg["split"] != "fedcia":
+        raise ConfigError("config key 'partition': 'fedcia' takes the clients of FedCIA's split file; it needs split=fedcia")
+    if cfg["split"] == "given" and cfg["dataset"] != "gowalla":
+        raise ConfigError("config key 'split': 'given' uses a dataset's own train/test files; only dataset=gowalla has them")
+    if cfg["dataset"] == "gowalla" and cfg["split"] != "given":
+        raise ConfigError("dataset 'gowalla' is the LightGCN split; it needs split=given")
+    if cfg["model"] == "ncf":
+        layers = int_list(cfg, "mlp-layers")
+        if layers[0] != 2 * cfg["dim"]:
+            raise ConfigError(f"config key 'mlp-layers': the first width must be 2*dim={2 * cfg['dim']}, got {layers[0]}")
+    for key in ("dim", "local-epochs", "batch-size", "num-negatives", "eval-every"):
+        if cfg[key] < 1:
+            raise ConfigError(f"config key '{key}': expected >= 1, got {cfg[key]}")
+    if cfg["eval-negatives"] < 1:
+        raise ConfigError(f"config key 'eval-negatives': expected >= 1, got {cfg['eval-negatives']}")

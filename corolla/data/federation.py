@@ -1,0 +1,210 @@
+"""Build a run's federation: dataset -> filter -> split -> partition, cached and deterministic.
+
+Everything is a pure function of the data-relevant run-config keys (:data:`DATA_KEYS`) and the
+seed, so every node computes the same federation independently (tested across processes).
+The result is cached under ``$COROLLA_CACHE/prepared/<hash>.npz``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from corolla.config import float_list
+from corolla.data import loaders, partition, splits
+from corolla.data.sources import default_cache
+from corolla.util import atomic_save_npz, load_npz, rng, stable_seed
+
+PREP_VERSION = 1
+DATA_KEYS = ("dataset", "rating-threshold", "min-user-interactions", "split", "split-ratios",
+             "eval-negatives", "eval-neg-pool", "partition", "num-clients", "protocol", "seed")
+
+
+def _csr(user: np.ndarray, item: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((item, user))
+    indptr = np.zeros(n_users + 1, np.int64)
+    np.cumsum(np.bincount(user, minlength=n_users), out=indptr[1:])
+    return indptr, item[order].astype(np.int64)
+
+
+@dataclass
+class Federation:
+    """The prepared data of a run. Items of user ``u`` in split ``s``: ``rows(s, u)``."""
+
+    n_users: int
+    n_items: int
+    indptr: dict[str, np.ndarray]
+    indices: dict[str, np.ndarray]
+    clients: list[np.ndarray]              # global user ids of each logical client
+    neg_valid: np.ndarray | None = None    # (n_users, N) for protocol=loo
+    neg_test: np.ndarray | None = None
+    item_owner: np.ndarray | None = None   # spectral partition: owning client of each item
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def rows(self, split: str, u: int) -> np.ndarray:
+        p = self.indptr[split]
+        return self.indices[split][p[u]:p[u + 1]]
+
+    def count(self, split: str, users: np.ndarray) -> int:
+        p = self.indptr[split]
+        return int((p[users + 1] - p[users]).sum())
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    # --- persistence
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {"meta": np.frombuffer(json.dumps({"n_users": self.n_users, "n_items": self.n_items,
+                                                  "stats": self.stats}).encode(), np.uint8),
+               "client_sizes": np.array([len(c) for c in self.clients], np.int64),
+               "client_users": np.concatenate(self.clients) if self.clients else np.zeros(0, np.int64)}
+        for s in ("train", "valid", "test"):
+            out[f"indptr_{s}"] = self.indptr[s]
+            out[f"indices_{s}"] = self.indices[s]
+        for name in ("neg_valid", "neg_test", "item_owner"):
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = v
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray]) -> "Federation":
+        meta = json.loads(bytes(a["meta"]).decode())
+        bounds = np.r_[0, np.cumsum(a["client_sizes"])]
+        clients = [a["client_users"][bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+        return cls(meta["n_users"], meta["n_items"],
+                   {s: a[f"indptr_{s}"] for s in ("train", "valid", "test")},
+                   {s: a[f"indices_{s}"] for s in ("train", "valid", "test")},
+                   clients, a.get("neg_valid"), a.get("neg_test"), a.get("item_owner"), meta["stats"])
+
+
+def data_key(cfg: dict[str, Any]) -> str:
+    sel = {k: cfg[k] for k in DATA_KEYS}
+    return f"v{PREP_VERSION}-{stable_seed(json.dumps(sel, sort_keys=True)):016x}"
+
+
+def build_federation(cfg: dict[str, Any], data_dir: str | None = None, use_cache: bool = True) -> Federation:
+    """Return the federation of ``cfg``, from the cache when present."""
+    path = default_cache() / "prepared" / f"{data_key(cfg)}.npz"
+    if use_cache and path.is_file():
+        try:
+            return Federation.from_arrays(load_npz(path))
+        except Exception:  # a corrupt cache entry is rebuilt, never trusted
+            path.unlink(missing_ok=True)
+    fed = _build(cfg, data_dir)
+    if use_cache:
+        try:
+            atomic_save_npz(path, fed.to_arrays())
+        except OSError:
+            pass
+    return fed
+
+
+def _build(cfg: dict[str, Any], data_dir: str | None) -> Federation:
+    seed = cfg["seed"]
+    ds = cfg["dataset"]
+    client_of_user = None
+    if cfg["split"] == "fedcia":
+        inter, labels, client_of_user = loaders.load_fedcia_split(data_dir)
+    elif cfg["split"] == "given":
+        inter, labels = loaders.load_gowalla(data_dir)
+    else:
+        inter = loaders.LOADERS[ds](data_dir)
+        labels = None
+    if labels is None:
+        inter = filter_and_check(inter, cfg)
+        if cfg["split"] == "loo":
+            labels = splits.split_loo(inter.user, inter.ts)
+        else:
+            r = float_list(cfg, "split-ratios")
+            labels = splits.split_ratio(inter.user, (r[0], r[1], r[2]), rng(seed, ds, "split"))
+    elif cfg["split"] == "given":
+        r = float_list(cfg, "split-ratios")
+        labels = splits.split_valid_from_train(inter.user, labels, r[1], rng(seed, ds, "valid"))
+    n_users, n_items = inter.n_users, inter.n_items
+
+    stats: dict[str, Any] = {"users": n_users, "items": n_items, "interactions": int(len(inter)),
+                             "train": int((labels == 0).sum()), "valid": int((labels == 1).sum()),
+                             "test": int((labels == 2).sum())}
+    item_owner = None
+    keep = np.ones(len(inter), bool)
+    p = cfg["partition"]
+    if p == "fedcia":
+        clients = [np.flatnonzero(client_of_user == c).astype(np.int64) for c in range(client_of_user.max() + 1)]
+    elif p == "user":
+        clients = partition.partition_user(n_users)
+    elif p == "blocks":
+        clients = partition.partition_blocks(n_users, cfg["num-clients"])
+    elif p == "random":
+        clients = partition.partition_random(n_users, cfg["num-clients"], rng(seed, ds, "partition"))
+    else:  # spectral, on the training graph
+        tr = labels == 0
+        ul, il, pstats = partition.partition_spectral(inter.user[tr], inter.item[tr], n_users, n_items,
+                                                      cfg["num-clients"], stable_seed(seed, "spectral"))
+        clients = [np.flatnonzero(ul == c).astype(np.int64) for c in range(cfg["num-clients"])]
+        item_owner = il
+        keep = ul[inter.user] == il[inter.item]
+        pstats["interactions_dropped"] = int((~keep).sum())
+        stats["spectral"] = pstats
+
+    indptr, indices = {}, {}
+    for code, s in ((0, "train"), (1, "valid"), (2, "test")):
+        m = (labels == code) & keep
+        indptr[s], indices[s] = _csr(inter.user[m], inter.item[m], n_users)
+
+    neg_valid = neg_test = None
+    if cfg["protocol"] == "loo":
+        neg_valid, neg_test = splits.sample_eval_negatives(
+            inter.user, inter.item, n_users, n_items, cfg["eval-negatives"],
+            cfg["eval-neg-pool"] == "disjoint", rng(seed, ds, "eval-negatives"))
+    stats["clients"] = len(clients)
+    return Federation(n_users, n_items, indptr, indices, clients, neg_valid, neg_test, item_owner, stats)
+
+
+def filter_and_check(inter, cfg):
+    out = splits.filter_interactions(inter, cfg["rating-threshold"], cfg["min-user-interactions"])
+    if out.n_users == 0:
+        raise ValueError(f"no user left after rating-threshold={cfg['rating-threshold']} and "
+                         f"min-user-interactions={cfg['min-user-interactions']} on {cfg['dataset']}")
+    return out
+
+
+def edge_federation(path: str | os.PathLike, cfg: dict[str, Any], data_dir: str | None) -> Federation:
+    """A one-user federation from an edge node's own file, on the run dataset's item universe.
+
+    The file is split like the run's data: leave-one-out by timestamp for protocol=loo, else a
+    per-user ratio split with ``split-ratios`` (seeded by the file's content).
+    """
+    if cfg["split"] in ("fedcia", "given"):
+        base_items = np.arange(1, 1683) if cfg["split"] == "fedcia" else np.arange(40981)
+    else:
+        base_items = loaders.LOADERS[cfg["dataset"]](data_dir).item_ids
+    inter = loaders.load_edge_file(path, base_items)
+    inter = splits.filter_interactions(inter, cfg["rating-threshold"], 0)
+    if inter.n_users == 0:
+        raise ValueError(f"{path}: no interaction left after rating-threshold={cfg['rating-threshold']}")
+    # keep the run's item universe (filter_interactions re-indexes items)
+    item = np.searchsorted(base_items, inter.item_ids)[inter.item]
+    n_items = len(base_items)
+    with open(path, "rb") as fh:
+        content_seed = stable_seed(fh.read())
+    if cfg["protocol"] == "loo":
+        labels = splits.split_loo(inter.user, inter.ts)
+    else:
+        r = float_list(cfg, "split-ratios")
+        labels = splits.split_ratio(inter.user, (r[0], r[1], r[2]), rng(cfg["seed"], content_seed))
+    indptr, indices = {}, {}
+    for code, s in ((0, "train"), (1, "valid"), (2, "test")):
+        m = labels == code
+        indptr[s], indices[s] = _csr(inter.user[m], item[m], 1)
+    neg_valid = neg_test = None
+    if cfg["protocol"] == "loo":
+        neg_valid, neg_test = splits.sample_eval_negatives(
+            inter.user, item, 1, n_items, cfg["eval-negatives"], cfg["eval-neg-pool"] == "disjoint",
+            rng(cfg["seed"], content_seed, "eval-negatives"))
+    return Federation(1, n_items, indptr, indices, [np.zeros(1, np.int64)], neg_valid, neg_test)

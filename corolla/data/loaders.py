@@ -1,0 +1,173 @@
+"""Parsers: one function per dataset, each returning :class:`Interactions` in file order."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from corolla.data.sources import locate
+
+
+@dataclass
+class Interactions:
+    """Interactions in file order with dense 0-based ids.
+
+    ``user_ids``/``item_ids`` map a dense index back to the raw id of the file
+    (``user_ids[u]`` is the raw id of user ``u``). Raw ids are ordered ascending.
+    """
+
+    user: np.ndarray       # int64 dense user index per interaction
+    item: np.ndarray       # int64 dense item index per interaction
+    rating: np.ndarray     # float32
+    ts: np.ndarray         # int64 (0 when the file has no time)
+    user_ids: np.ndarray   # raw ids, as strings or ints
+    item_ids: np.ndarray
+
+    @property
+    def n_users(self) -> int:
+        return len(self.user_ids)
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_ids)
+
+    def __len__(self) -> int:
+        return len(self.user)
+
+
+def _densify(raw_user, raw_item, rating, ts, item_universe=None) -> Interactions:
+    user_ids, user = np.unique(raw_user, return_inverse=True)
+    if item_universe is None:
+        item_ids, item = np.unique(raw_item, return_inverse=True)
+    else:
+        item_ids = np.asarray(item_universe)
+        item = np.searchsorted(item_ids, raw_item)
+    return Interactions(user.astype(np.int64), item.astype(np.int64),
+                        np.asarray(rating, np.float32), np.asarray(ts, np.int64), user_ids, item_ids)
+
+
+def _read_table(path, sep: str, skip: int = 0, encoding: str = "ascii") -> list[list[str]]:
+    with open(path, encoding=encoding) as fh:
+        lines = fh.read().splitlines()[skip:]
+    rows = [ln.split(sep) for ln in lines if ln.strip()]
+    return rows
+
+
+def _num_rows(path, sep, skip=0, cols=4):
+    rows = _read_table(path, sep, skip)
+    bad = [i for i, r in enumerate(rows) if len(r) < cols]
+    if bad:
+        raise ValueError(f"{path}: line {bad[0] + 1 + skip}: expected {cols} fields separated by {sep!r}")
+    return rows
+
+
+def load_ml100k(data_dir=None) -> Interactions:
+    a = np.loadtxt(locate("ml-100k/u.data", data_dir), dtype=np.int64)
+    # u.data lists every one of the 1682 items of u.item; ids are 1..1682
+    return _densify(a[:, 0], a[:, 1], a[:, 2], a[:, 3], item_universe=np.arange(1, 1683))
+
+
+def load_ml1m(data_dir=None) -> Interactions:
+    rows = _num_rows(locate("ml-1m/ratings.dat", data_dir), "::")
+    a = np.array([[int(x) for x in r[:4]] for r in rows], dtype=np.int64)
+    return _densify(a[:, 0], a[:, 1], a[:, 2], a[:, 3])
+
+
+def load_lastfm(data_dir=None) -> Interactions:
+    rows = _num_rows(locate("hetrec2011-lastfm-2k/user_artists.dat", data_dir), "\t", skip=1, cols=3)
+    a = np.array([[int(x) for x in r[:3]] for r in rows], dtype=np.int64)
+    # no timestamps: the play count is the rating (threshold with rating-threshold)
+    return _densify(a[:, 0], a[:, 1], a[:, 2], np.zeros(len(a), np.int64))
+
+
+def load_filmtrust(data_dir=None) -> Interactions:
+    rows = _num_rows(locate("filmtrust/ratings.txt", data_dir), " ", cols=3)
+    a = np.array([[float(x) for x in r[:3]] for r in rows])
+    return _densify(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2], np.zeros(len(a), np.int64))
+
+
+def load_amazon_video(data_dir=None) -> Interactions:
+    rows = _num_rows(locate("amazon-video-pfedrec/ratings.dat", data_dir), ",", cols=4)
+    u = np.array([r[0] for r in rows])
+    i = np.array([r[1] for r in rows])
+    return _densify(u, i, [float(r[2]) for r in rows], [int(r[3]) for r in rows])
+
+
+def load_gowalla(data_dir=None) -> tuple[Interactions, np.ndarray]:
+    """LightGCN's Gowalla split; returns the interactions and a 0/2 train/test label each."""
+    us, its, lab = [], [], []
+    for split, code in (("train", 0), ("test", 2)):
+        with open(locate(f"lightgcn/gowalla/{split}.txt", data_dir)) as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 2:
+                    continue
+                u = int(parts[0])
+                items = [int(x) for x in parts[1:]]
+                us.extend([u] * len(items))
+                its.extend(items)
+                lab.extend([code] * len(items))
+    n = len(us)
+    inter = _densify(np.array(us), np.array(its), np.ones(n), np.zeros(n, np.int64),
+                     item_universe=np.arange(40981))
+    return inter, np.array(lab, np.int8)
+
+
+def load_fedcia_split(data_dir=None) -> tuple[Interactions, np.ndarray, np.ndarray]:
+    """FedCIA's published ML-100K split: interactions, split label (0/1/2), client of each user."""
+    rows = _num_rows(locate("fedcia-ml100k-split/ml100k_100clients.tsv", data_dir), "\t", skip=1, cols=4)
+    code = {"train": 0, "valid": 1, "test": 2}
+    client = np.array([int(r[0]) for r in rows], np.int64)
+    u = np.array([int(r[1]) for r in rows], np.int64)
+    i = np.array([int(r[2]) for r in rows], np.int64)
+    lab = np.array([code[r[3]] for r in rows], np.int8)
+    n = len(u)
+    inter = Interactions(u, i, np.ones(n, np.float32), np.zeros(n, np.int64),
+                         np.arange(1, 944), np.arange(1, 1683))
+    client_of_user = np.full(943, -1, np.int64)
+    client_of_user[u] = client
+    return inter, lab, client_of_user
+
+
+LOADERS = {
+    "ml-100k": load_ml100k,
+    "ml-1m": load_ml1m,
+    "lastfm-2k": load_lastfm,
+    "filmtrust": load_filmtrust,
+    "amazon-video": load_amazon_video,
+}
+
+
+def load_edge_file(path: str | os.PathLike, item_ids: np.ndarray) -> Interactions:
+    """An edge node's own interactions: ``item,rating[,timestamp]`` per line (CSV, '#' comments).
+
+    Item ids are the dataset's raw item ids (e.g. MovieLens movie ids); an unknown id is an
+    error naming the file and line.
+    """
+    items, ratings, ts = [], [], []
+    lookup = {str(x): k for k, x in enumerate(item_ids.tolist())}
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            f = [x.strip() for x in line.split(",")]
+            if len(f) < 2:
+                raise ValueError(f"{path}:{n}: expected 'item,rating[,timestamp]', got {line!r}")
+            if f[0] not in lookup:
+                raise ValueError(f"{path}:{n}: item id {f[0]!r} is not an item of the run's dataset")
+            try:
+                r = float(f[1])
+                t = int(f[2]) if len(f) > 2 and f[2] else 0
+            except ValueError:
+                raise ValueError(f"{path}:{n}: rating must be a number and timestamp an integer, got {line!r}") from None
+            items.append(lookup[f[0]])
+            ratings.append(r)
+            ts.append(t)
+    if not items:
+        raise ValueError(f"{path}: no interactions")
+    n = len(items)
+    return Interactions(np.zeros(n, np.int64), np.array(items, np.int64), np.array(ratings, np.float32),
+                        np.array(ts, np.int64), np.array(["edge"]), item_ids)

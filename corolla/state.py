@@ -1,0 +1,61 @@
+"""Per-logical-client state on a node: one ``.npz`` per client and round, written atomically.
+
+Layout: ``<state-dir>/<run-key>/c<cid>.r<round>.npz``. The state after round r is tagged r. A
+resumed run restores, for every client, the newest version with round <= the resumed round.
+Older versions are deleted once a newer one exists below the current round, so a run killed
+mid-round can always go back to the end of the previous round.
+
+State never lives in module globals: in deployment every message may start a new ClientApp
+process, and the directory is what persists across them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from corolla.util import atomic_save_npz, load_npz
+
+_PAT = re.compile(r"^c(-?\d+)\.r(\d+)\.npz$")
+
+
+class StateStore:
+    def __init__(self, root: str | os.PathLike, run_key: str):
+        if not run_key or "/" in run_key:
+            raise ValueError(f"run-key: expected a non-empty name without '/', got {run_key!r}")
+        self.dir = Path(root) / run_key
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _versions(self, cid: int) -> list[int]:
+        out = []
+        for p in self.dir.glob(f"c{cid}.r*.npz"):
+            m = _PAT.match(p.name)
+            if m and int(m.group(1)) == cid:
+                out.append(int(m.group(2)))
+        return sorted(out)
+
+    def load(self, cid: int, max_round: int) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The newest state with round <= ``max_round`` as ``(round, arrays)``, or None."""
+        vs = [v for v in self._versions(cid) if v <= max_round]
+        if not vs:
+            return None
+        return vs[-1], load_npz(self.dir / f"c{cid}.r{vs[-1]}.npz")
+
+    def save(self, cid: int, rnd: int, arrays: dict[str, np.ndarray]) -> None:
+        atomic_save_npz(self.dir / f"c{cid}.r{rnd}.npz", arrays)
+        vs = self._versions(cid)
+        below = [v for v in vs if v < rnd]
+        keep_from = below[-1] if below else rnd
+        for v in vs:
+            if v < keep_from or v > rnd:  # versions beyond rnd belong to an abandoned future
+                (self.dir / f"c{cid}.r{v}.npz").unlink(missing_ok=True)
+
+
+def truncate(store: StateStore, cid: int, max_round: int) -> None:
+    """Delete versions newer than ``max_round`` (left by a run that was killed mid-round)."""
+    for v in store._versions(cid):
+        if v > max_round:
+            (store.dir / f"c{cid}.r{v}.npz").unlink(missing_ok=True)

@@ -1,0 +1,89 @@
+"""Small helpers shared by both sides: atomic writes, stable seeds, JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def stable_seed(*parts: Any) -> int:
+    """Return a 63-bit seed derived from ``parts`` with SHA-256.
+
+    Python's ``hash()`` is salted per process; this is not, so two processes (two nodes,
+    or a run and its resumption) derive the same random streams from the same parts.
+    """
+    text = "\x1f".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "little") >> 1
+
+
+def rng(*parts: Any) -> np.random.Generator:
+    """A NumPy generator seeded by :func:`stable_seed` of ``parts``."""
+    return np.random.default_rng(stable_seed(*parts))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file in the same folder + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def atomic_save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """Save ``arrays`` as an uncompressed ``.npz`` atomically."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line and fsync (``rounds.jsonl``)."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line.rstrip("\n") + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=_json_default)

@@ -1,0 +1,1 @@
+"""Corolla's ServerApp: run config -> strategy -> phases -> results and checkpoints."""

@@ -1,0 +1,114 @@
+"""The Flower ServerApp.
+
+Run-config keys (``[tool.flwr.app.config]`` in ``pyproject.toml``):
+
+* ``preset``     a preset name (``corolla presets`` lists them);
+* ``set``        overrides, ``"key=value key2=value2"`` (any key of ``corolla.config.SCHEMA``);
+* ``out-dir``    where results go (default ``./runs/<preset>-<time>``, made absolute);
+* ``data-dir``   dataset folder for the nodes that do not set their own;
+* ``resume-dir`` continue the run whose outputs are in this folder (its config is reused).
+
+``flwr run . <connection> -c 'preset="fedavg-mf-ml100k" set="num-rounds=5"'`` works as for any
+Flower app; ``corolla run`` starts the SuperLink and SuperNodes and calls the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import traceback
+from logging import ERROR, INFO
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+from flwr.common.logger import log
+from flwr.serverapp import Grid, ServerApp
+
+from corolla.config import load_preset, parse_overrides, resolve
+from corolla.util import atomic_write_json, dumps
+from server_app.results import RunRecorder
+from strategies.registry import strategy_class
+from strategies.transport import GridTransport, Transport
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    run_federation(GridTransport(grid), dict(context.run_config))
+
+
+def prepare(rc: dict[str, Any]) -> tuple[dict[str, Any], Path, str, str | None, dict[str, Any], dict | None]:
+    """Resolve (cfg, out dir, run key, preset, paper numbers, checkpoint meta or None)."""
+    resume = str(rc.get("resume-dir") or "")
+    if resume:
+        out = Path(resume).expanduser().resolve()
+        saved = json.loads((out / "config.json").read_text())
+        cfg, run_key, preset, paper = saved["config"], saved["run_key"], saved["preset"], saved["paper"]
+        meta, _ = RunRecorder.read_checkpoint(out)
+        return cfg, out, run_key, preset, paper, meta
+    preset = str(rc.get("preset") or "") or None
+    cfg = resolve(preset, parse_overrides(str(rc.get("set") or "")))
+    paper = load_preset(preset).paper if preset else {}
+    out = str(rc.get("out-dir") or "")
+    out_path = Path(out).expanduser().resolve() if out else \
+        Path("runs", f"{preset or cfg['method']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    run_key = secrets.token_hex(6)
+    out_path.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_path / "config.json", {"config": cfg, "run_key": run_key, "preset": preset,
+                                                 "paper": paper})
+    return cfg, out_path, run_key, preset, paper, None
+
+
+def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
+    cfg, out, run_key, preset, paper, meta = prepare(rc)
+    strategy = strategy_class(cfg["method"])(cfg)
+    strategy.run_info = {"run-key": run_key, "cfg": json.dumps(cfg),
+                         "state-dir": str(out / "node-state"), "data-dir": str(rc.get("data-dir") or "")}
+    recorder = RunRecorder(out, cfg, preset, paper)
+    start_round = 1
+    if meta is not None:
+        _, arrays = RunRecorder.read_checkpoint(out)
+        strategy.load_state_dict(arrays)
+        recorder.restore(meta)
+        strategy.restore_round = int(meta["round"])
+        start_round = int(meta["round"]) + 1
+        log(INFO, "resuming %s after round %d", out, meta["round"])
+        if meta.get("stopped_early"):
+            start_round = cfg["num-rounds"] + 1
+    log(INFO, "Corolla run: preset=%s method=%s out=%s", preset, cfg["method"], out)
+    status = "completed"
+    try:
+        if start_round <= cfg["num-rounds"]:
+            strategy.start(None, transport=transport, recorder=recorder, start_round=start_round)
+        else:
+            strategy.handshake(transport, transport.node_ids())
+        if cfg["export-topk"] > 0:
+            export_topk(strategy, transport, out)
+    except BaseException:
+        status = "failed"
+        log(ERROR, "run failed:\n%s", traceback.format_exc())
+        recorder.summary(status)
+        raise
+    summary = recorder.summary(status)
+    log(INFO, "summary: %s", dumps({k: summary[k] for k in ("rounds_completed", "metrics")}))
+    return summary
+
+
+def export_topk(strategy, transport: Transport, out: Path) -> None:
+    """Ask every available client for its users' top-K (final models) and write ``topk.jsonl``."""
+    rnd = 10**9  # the clients load their newest state
+    targets = strategy.available()
+    shared, personal = strategy.evaluate_download(rnd, targets)
+    results, _ = strategy.exchange(transport, "topk", rnd, targets, shared, personal)
+    lines = []
+    for cid in sorted(results):
+        m: dict[str, Any] = results[cid].metrics
+        for row, u in enumerate(m["users"]):
+            lines.append(json.dumps({"user": int(u), "client": cid, "items": [int(i) for i in m[f"top/{row}"]]}))
+    from corolla.util import atomic_write_text
+
+    atomic_write_text(out / "topk.jsonl", "".join(line + "\n" for line in lines))
+

@@ -1,0 +1,194 @@
+"""Run outputs: ``rounds.jsonl``, progress, atomic checkpoints, model selection, ``summary.json``.
+
+Files in the output directory ``OUT``:
+
+* ``config.json``   the resolved run configuration, the preset and the run key;
+* ``rounds.jsonl``  one line per round: ``round``, ``phases`` (``name``, ``bytes_up``,
+  ``bytes_down``, ``wall_s``, ``replies``, ``excluded``), ``train`` metrics, ``metrics`` (test),
+  ``valid``, ``compat`` (paper-compatible test metrics), ``wall_s``;
+* ``progress.log``  human-readable progress, one line per phase;
+* ``checkpoint.npz`` server state after the last completed round (strategy arrays + recorder
+  state as JSON), replaced atomically;
+* ``summary.json``  the result (see :meth:`RunRecorder.summary`);
+* ``learning_curve.png``, and ``topk.jsonl`` with ``--export-topk K``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from logging import INFO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+
+from corolla.util import append_line, atomic_save_npz, atomic_write_json, dumps, load_npz
+
+
+class RunRecorder:
+    def __init__(self, out_dir: str | Path, cfg: dict[str, Any], preset: str | None, paper: dict[str, Any]):
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.cfg, self.preset, self.paper = cfg, preset, paper
+        self.history: list[dict[str, Any]] = []
+        self.t_start = time.time()
+        self.wall_before = 0.0  # wall time of earlier (resumed-from) sessions
+        self.stopped_early = False
+
+    # ---------------------------------------------------------------- per phase / round
+    def progress(self, rnd: int, phase: str, stats, ok: int, targets: int) -> None:
+        line = (f"round {rnd:>3}/{self.cfg['num-rounds']} {phase:<10} clients {ok}/{targets} "
+                f"up {stats.bytes_up / 1e6:8.3f} MB down {stats.bytes_down / 1e6:8.3f} MB "
+                f"{stats.wall_s:6.2f} s" + (f" excluded {len(stats.excluded)}" if stats.excluded else ""))
+        log(INFO, line)
+        append_line(self.out / "progress.log", line)
+
+    def end_round(self, strategy, rnd: int, phase_stats, train_metrics, evaluation, wall_s: float,
+                  targets) -> bool:
+        rec: dict[str, Any] = {"round": rnd, "phases": [p.as_dict() for p in phase_stats],
+                               "train": train_metrics, "clients": len(targets), "wall_s": round(wall_s, 4)}
+        if evaluation is not None:
+            rec["metrics"] = evaluation["test"]["metrics"]
+            rec["valid"] = evaluation["valid"]["metrics"]
+            rec["compat"] = evaluation["test"]["compat"]
+            rec["valid_compat"] = evaluation["valid"]["compat"]
+            rec["users"] = {"valid": evaluation["valid"]["users"], "test": evaluation["test"]["users"]}
+        self.history.append(rec)
+        append_line(self.out / "rounds.jsonl", dumps(rec))
+        sel = self.cfg["select-metric"]
+        if evaluation is not None:
+            line = (f"round {rnd:>3} valid {sel}={rec['valid'].get(sel, float('nan')):.4f} "
+                    f"test {sel}={rec['metrics'].get(sel, float('nan')):.4f}")
+            if rec["compat"]:
+                line += f" (paper-compat {sel}={rec['compat'].get(sel, float('nan')):.4f})"
+            log(INFO, line)
+            append_line(self.out / "progress.log", line)
+        stop = self._should_stop()
+        self.stopped_early = stop and rnd < self.cfg["num-rounds"]
+        self.checkpoint(strategy, rnd)
+        return stop
+
+    # ---------------------------------------------------------------- selection
+    def _evaluated(self) -> list[dict[str, Any]]:
+        return [h for h in self.history if "valid" in h]
+
+    def select(self, split: str = "valid", compat: bool = False) -> dict[str, Any] | None:
+        """The round with the best ``select-metric`` on ``split`` (ties: ``select-tie``)."""
+        key = self.cfg["select-metric"]
+        best, best_v = None, -np.inf
+        last_wins = self.cfg["select-tie"] == "last" or (split == "test")
+        for h in self._evaluated():
+            src = h["valid" if split == "valid" else "metrics"]
+            if compat:
+                alt = h["valid_compat" if split == "valid" else "compat"]
+                src = alt if key in alt else src
+            v = src.get(key, np.nan)
+            if not np.isfinite(v):
+                continue
+            if v > best_v or (last_wins and v == best_v):
+                best, best_v = h, v
+        return best
+
+    def _should_stop(self) -> bool:
+        p = self.cfg["patience"]
+        ev = self._evaluated()
+        if p <= 0 or not ev:
+            return False
+        best = self.select()
+        if best is None:
+            return False
+        after = [h for h in ev if h["round"] > best["round"]]
+        return len(after) >= p
+
+    # ---------------------------------------------------------------- checkpoint / resume
+    def checkpoint(self, strategy, rnd: int) -> None:
+        meta = {"round": rnd, "history": self.history, "run_info": strategy.run_info,
+                "wall_s": self.wall_before + time.time() - self.t_start, "stopped_early": self.stopped_early}
+        arrays = dict(strategy.state_dict())
+        arrays["__meta__"] = np.frombuffer(dumps(meta).encode(), np.uint8)
+        atomic_save_npz(self.out / "checkpoint.npz", arrays)
+
+    @staticmethod
+    def read_checkpoint(out_dir: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        path = Path(out_dir) / "checkpoint.npz"
+        if not path.is_file():
+            raise FileNotFoundError(f"--resume {out_dir}: no checkpoint.npz there (no round completed)")
+        arrays = load_npz(path)
+        meta = json.loads(bytes(arrays.pop("__meta__")).decode())
+        return meta, arrays
+
+    def restore(self, meta: dict[str, Any]) -> None:
+        self.history = list(meta["history"])
+        self.wall_before = float(meta.get("wall_s", 0.0))
+        # rounds.jsonl: keep exactly the checkpointed rounds (a killed round may have been appended)
+        lines = [dumps(h) for h in self.history]
+        from corolla.util import atomic_write_text
+
+        atomic_write_text(self.out / "rounds.jsonl", "".join(line + "\n" for line in lines))
+
+    # ---------------------------------------------------------------- summary
+    def summary(self, status: str) -> dict[str, Any]:
+        sel = self.select()
+        phases_up = sum(p["bytes_up"] for h in self.history for p in h["phases"])
+        phases_down = sum(p["bytes_down"] for h in self.history for p in h["phases"])
+        out: dict[str, Any] = {
+            "status": status,
+            "preset": self.preset,
+            "method": self.cfg["method"],
+            "model": self.cfg["model"],
+            "dataset": self.cfg["dataset"],
+            "protocol": self.cfg["protocol"],
+            "rounds_completed": self.history[-1]["round"] if self.history else 0,
+            "stopped_early": self.stopped_early,
+            "selection": {"split": "valid", "metric": self.cfg["select-metric"],
+                          "round": sel["round"] if sel else None},
+            "metrics": sel["metrics"] if sel else {},
+            "valid_metrics": sel["valid"] if sel else {},
+            "paper": self.paper,
+            "bytes_up": phases_up,
+            "bytes_down": phases_down,
+            "wall_s": round(self.wall_before + time.time() - self.t_start, 3),
+            "config": self.cfg,
+        }
+        last = self._evaluated()[-1] if self._evaluated() else None
+        out["last_round_metrics"] = last["metrics"] if last else {}
+        uses_compat = any(self.cfg[k] for k in ("compat-fedcia-metrics", "compat-ties-against-positive",
+                                                  "compat-select-on-test"))
+        if uses_compat:
+            split = "test" if self.cfg["compat-select-on-test"] else "valid"
+            csel = self.select(split, compat=True)
+            out["metrics_paper_compat"] = {
+                "selection": {"split": split, "metric": self.cfg["select-metric"],
+                              "round": csel["round"] if csel else None},
+                "metrics": (csel["compat"] or csel["metrics"]) if csel else {},
+            }
+        atomic_write_json(self.out / "summary.json", out)
+        self.plot()
+        return out
+
+    def plot(self) -> None:
+        ev = self._evaluated()
+        if not ev:
+            return
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except Exception:  # plotting is optional
+            return
+        key = self.cfg["select-metric"]
+        r = [h["round"] for h in ev]
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot(r, [h["valid"].get(key, np.nan) for h in ev], label=f"valid {key}")
+        ax.plot(r, [h["metrics"].get(key, np.nan) for h in ev], label=f"test {key}")
+        if any(h["compat"] for h in ev):
+            ax.plot(r, [h["compat"].get(key, np.nan) for h in ev], "--", label=f"test {key} (paper-compat)")
+        ax.set_xlabel("round")
+        ax.set_title(f"{self.preset or self.cfg['method']} ({self.cfg['dataset']})")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(self.out / "learning_curve.png", dpi=100)
+        plt.close(fig)

@@ -1,0 +1,52 @@
+"""Transports: how one phase's per-node contents reach the nodes and replies come back.
+
+:class:`GridTransport` speaks to a real SuperLink (or the simulation runtime) through Flower's
+``Grid``. Instead of ``Grid.send_and_receive`` (which sleeps 3 s between polls) it pushes all
+messages and polls for replies every ``poll_s`` seconds until all replied or ``timeout`` passed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+
+class Transport(Protocol):
+    def node_ids(self) -> list[int]: ...
+
+    def exchange(self, contents: dict[int, RecordDict], message_type: str,
+                 timeout: float) -> dict[int, RecordDict | str]: ...
+
+
+class GridTransport:
+    def __init__(self, grid: Grid, poll_s: float = 0.2):
+        self.grid = grid
+        self.poll_s = poll_s
+
+    def node_ids(self) -> list[int]:
+        return sorted(int(n) for n in self.grid.get_node_ids())
+
+    def exchange(self, contents: dict[int, RecordDict], message_type: str,
+                 timeout: float) -> dict[int, RecordDict | str]:
+        msgs = [Message(content=c, dst_node_id=n, message_type=message_type) for n, c in contents.items()]
+        ids = list(self.grid.push_messages(msgs))
+        node_of = {mid: n for mid, n in zip(ids, contents)}
+        pending = set(ids)
+        out: dict[int, RecordDict | str] = {}
+        end = time.monotonic() + timeout
+        while pending and time.monotonic() < end:
+            for rep in self.grid.pull_messages(list(pending)):
+                mid = rep.metadata.reply_to_message_id
+                if mid not in pending:
+                    continue
+                pending.discard(mid)
+                n = node_of[mid]
+                out[n] = f"error {rep.error.code}: {rep.error.reason}" if rep.has_error() else rep.content
+            if pending:
+                time.sleep(self.poll_s)
+        for mid in pending:
+            out[node_of[mid]] = f"no reply within {timeout:.0f} s"
+        return out
