@@ -13,6 +13,9 @@ Other node-config keys: ``data-dir``, ``state-dir`` (where per-client state pers
 messages; default: the run's ``state-dir``), ``device`` (``auto``/``cpu``/``cuda[:N]``) and
 ``threads`` (torch threads, default 1).
 
+Fault injection (for tests and chaos drills): ``fault-nan = "3,4"`` makes those logical clients
+upload NaN in their first payload array, ``fault-shape = "5"`` uploads it with one row missing.
+
 A method's client side subclasses :class:`LogicalClient` and implements one method per phase
 (``phase_<name>``), each returning the payload to upload, metrics, and the new state.
 """
@@ -182,6 +185,15 @@ class NodeHost:
         cls = registry.client_class(self.cfg["method"])
         return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device)
 
+    def _inject_fault(self, cid: int, res: PhaseResult) -> None:
+        if not res.payload:
+            return
+        first = sorted(res.payload)[0]
+        if cid in parse_id_list(self.node_config.get("fault-nan", "")):
+            res.payload[first] = np.full_like(res.payload[first], np.nan)
+        if cid in parse_id_list(self.node_config.get("fault-shape", "")):
+            res.payload[first] = res.payload[first][:-1]
+
     def handshake(self, restore_round: int) -> dict[str, Any]:
         for cid in self.hosted:
             truncate(self.store, cid, restore_round)
@@ -204,6 +216,7 @@ class NodeHost:
                 if fn is None:
                     raise ValueError(f"method '{self.cfg['method']}' has no client phase '{phase}'")
                 res = fn(rnd, state, shared, personal.get(cid, {}))
+                self._inject_fault(cid, res)
                 if res.state is not None:
                     self.store.save(cid, rnd, res.state)
                 elif loaded is None:

@@ -98,6 +98,8 @@ class Cluster:
                 self._spawn(f"supernode{i}", ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{fleet}",
                                               "--host", "127.0.0.1", "--port", str(free_port()),
                                               "--node-config", ncs])
+        (self.logs / "pids.json").write_text(json.dumps(
+            {"superlink": link.pid, "supernodes": [p.pid for p in self.procs[1:]]}))
         (self.flwr_home / "config.toml").write_text(
             f'[superlink]\ndefault = "corolla"\n\n[superlink.corolla]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
         return "corolla"
@@ -160,19 +162,28 @@ def run_command(args: argparse.Namespace) -> int:
     data_dir = str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else os.environ.get("COROLLA_DATA", "")
     run_cfg = {"preset": preset or "", "set": " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else json.dumps(v)}"
                                                        for k, v in cfg.items()) if not args.resume else "",
-               "out-dir": str(out), "data-dir": data_dir, "resume-dir": str(out) if args.resume else ""}
+               "out-dir": str(out), "data-dir": data_dir, "resume-dir": str(out) if args.resume else "",
+               "min-nodes": args.nodes if args.mode == "local" else 0}
     summary_path = out / "summary.json"
     if args.resume and summary_path.exists():
         summary_path.unlink()
     print(f"corolla: {preset} ({cfg['method']}, {cfg['dataset']}), {args.mode} mode, {args.nodes} nodes -> {out}")
-    cluster = Cluster(out, args.mode, args.nodes, data_dir or None)
+    node_configs = [{"partition-id": i, "num-partitions": args.nodes} for i in range(args.nodes)]
+    for item in args.node_config or []:
+        idx, _, kv = item.partition(":")
+        if not idx.isdigit() or int(idx) >= args.nodes or "=" not in kv:
+            print(f"error: --node-config {item!r}: expected 'I:key=value' with 0 <= I < --nodes", file=sys.stderr)
+            return 2
+        node_configs[int(idx)].update(parse_overrides([kv]))
+    cluster = Cluster(out, args.mode, args.nodes, data_dir or None, node_configs)
     progress = out / "progress.log"
     pos = progress.stat().st_size if progress.exists() else 0
     rc_flwr = None
     try:
         conn = cluster.start()
         rc_file = out / "run-config.toml"
-        rc_file.write_text("".join(f"{k} = {_toml_str(v)}\n" for k, v in run_cfg.items()))
+        rc_file.write_text("".join(f"{k} = {_toml_str(v) if isinstance(v, str) else v}\n"
+                                   for k, v in run_cfg.items()))
         cmd = ["flwr", "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)]
         if args.mode == "sim":
             cmd += ["--federation-config", f"num-supernodes={args.nodes}"]
@@ -235,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out")
     r.add_argument("--resume", metavar="RUN_DIR")
     r.add_argument("--export-topk", type=int, metavar="K")
+    r.add_argument("--node-config", action="append", metavar="I:KEY=VALUE",
+                   help="extra node config for SuperNode I in local mode (repeatable)")
     p = sub.add_parser("presets", help="list presets with their paper numbers")
     args = ap.parse_args(argv)
     try:

@@ -6,7 +6,8 @@ Run-config keys (``[tool.flwr.app.config]`` in ``pyproject.toml``):
 * ``set``        overrides, ``"key=value key2=value2"`` (any key of ``corolla.config.SCHEMA``);
 * ``out-dir``    where results go (default ``./runs/<preset>-<time>``, made absolute);
 * ``data-dir``   dataset folder for the nodes that do not set their own;
-* ``resume-dir`` continue the run whose outputs are in this folder (its config is reused).
+* ``resume-dir`` continue the run whose outputs are in this folder (its config is reused);
+* ``min-nodes``  wait (up to 120 s) until this many SuperNodes are connected before the handshake.
 
 ``flwr run . <connection> -c 'preset="fedavg-mf-ml100k" set="num-rounds=5"'`` works as for any
 Flower app; ``corolla run`` starts the SuperLink and SuperNodes and calls the same code.
@@ -79,6 +80,7 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
         if meta.get("stopped_early"):
             start_round = cfg["num-rounds"] + 1
     log(INFO, "Corolla run: preset=%s method=%s out=%s", preset, cfg["method"], out)
+    wait_for_nodes(transport, int(rc.get("min-nodes") or 0))
     status = "completed"
     try:
         if start_round <= cfg["num-rounds"]:
@@ -95,6 +97,13 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
     summary = recorder.summary(status)
     log(INFO, "summary: %s", dumps({k: summary[k] for k in ("rounds_completed", "metrics")}))
     return summary
+
+
+def wait_for_nodes(transport: Transport, n: int, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while len(transport.node_ids()) < max(n, 1) and time.monotonic() < end:
+        time.sleep(0.5)
+    log(INFO, "%d SuperNodes connected", len(transport.node_ids()))
 
 
 def export_topk(strategy, transport: Transport, out: Path) -> None:

@@ -1,0 +1,24 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "datasets"
+DATA_DIR = os.environ.get("COROLLA_DATA") or (str(SHARED) if SHARED.is_dir() else "")
+os.environ.setdefault("COROLLA_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    if not DATA_DIR or not Path(DATA_DIR, "ml-100k", "u.data").is_file():
+        pytest.skip("no dataset directory: set COROLLA_DATA or put shared/datasets beside the repository")
+    return DATA_DIR
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    # a per-session cache of prepared federations, never the user's
+    monkeypatch.setenv("COROLLA_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))

@@ -1,0 +1,70 @@
+"""Pure pieces: aggregation, payload validation, state store, model losses."""
+
+import numpy as np
+import pytest
+import torch
+
+from corolla.config import resolve
+from corolla.models.base import build_model
+from corolla.protocol import ArraySpec, PayloadError, validate_payload
+from corolla.state import StateStore, truncate
+from strategies.aggregation import weighted_mean
+
+
+def test_weighted_mean_hand():
+    a = {"x": np.array([1.0, 2.0], np.float32)}
+    b = {"x": np.array([3.0, 6.0], np.float32)}
+    out = weighted_mean([a, b], [1, 3])
+    assert out["x"].tolist() == [2.5, 5.0] and out["x"].dtype == np.float32
+    assert weighted_mean([a, b], [1, 1])["x"].tolist() == [2.0, 4.0]
+    with pytest.raises(ValueError):
+        weighted_mean([a], [0])
+
+
+def test_validate_payload():
+    spec = {"item.weight": ArraySpec((3, 2))}
+    ok = {"item.weight": np.zeros((3, 2), np.float32)}
+    validate_payload(ok, spec)
+    bad = [({"item.weight": np.zeros((2, 2), np.float32)}, "shape"),
+           ({"item.weight": np.zeros((3, 2), np.float64)}, "dtype"),
+           ({"item.weight": np.full((3, 2), np.nan, np.float32)}, "non-finite"),
+           ({}, "missing"), ({**ok, "extra": np.zeros(1, np.float32)}, "unexpected")]
+    for arrays, what in bad:
+        with pytest.raises(PayloadError, match=what):
+            validate_payload(arrays, spec)
+
+
+def test_state_store_versions(tmp_path):
+    st = StateStore(tmp_path, "run1")
+    st.save(0, 1, {"a": np.array([1])})
+    st.save(0, 3, {"a": np.array([3])})
+    assert st.load(0, 2)[1]["a"].tolist() == [1]  # kept: the newest version below round 3
+    st.save(0, 4, {"a": np.array([4])})
+    assert st.load(0, 2) is None  # dropped once round 3 is the newest below round 4
+    assert st.load(0, 3)[1]["a"].tolist() == [3]
+    assert st.load(0, 9)[0] == 4
+    truncate(st, 0, 3)
+    assert st.load(0, 9)[0] == 3
+    assert st.load(1, 9) is None
+
+
+def test_fedcia_mse_loss_formula():
+    cfg = resolve(None, {"loss": "fedcia-mse", "dim": 4, "weight-decay": 0.5})
+    m = build_model(cfg, 2, 5)
+    b = {"user": torch.tensor([0, 1]), "pos": torch.tensor([1, 2]), "neg": torch.tensor([3, 4])}
+    u, p, n = m.user(b["user"]), m.item(b["pos"]), m.item(b["neg"])
+    want = 0.5 * (((u * p - 1) ** 2).mean() + ((u * n) ** 2).mean()) + \
+        0.5 * 0.5 * (u.pow(2).sum() + p.pow(2).sum() + n.pow(2).sum()) / 2
+    assert m.loss(b).item() == pytest.approx(want.item(), rel=1e-6)
+
+
+def test_bpr_loss_and_ncf_shapes():
+    cfg = resolve(None, {"loss": "bpr", "dim": 4})
+    m = build_model(cfg, 2, 5)
+    b = {"user": torch.tensor([0]), "pos": torch.tensor([1]), "neg": torch.tensor([3])}
+    sp = (m.user.weight[0] * m.item.weight[1]).sum()
+    sn = (m.user.weight[0] * m.item.weight[3]).sum()
+    assert m.loss(b).item() == pytest.approx(torch.nn.functional.softplus(sn - sp).item(), rel=1e-6)
+    ncf = build_model(resolve(None, {"model": "ncf", "dim": 4, "mlp-layers": "8,4", "loss": "bce"}), 3, 6)
+    assert ncf.full_sort_scores(torch.tensor([0, 2])).shape == (2, 6)
+    assert "mlp.0.weight" in ncf.shared_names() and "user.weight" not in ncf.shared_names()

@@ -1,0 +1,127 @@
+"""Datasets, filters, splits, partitions: hand examples, the real files, determinism."""
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from corolla.config import resolve
+from corolla.data import DatasetFileError, build_federation, locate
+from corolla.data import partition as P
+from corolla.data import splits as S
+from corolla.data.loaders import Interactions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_loo_ties_by_file_order():
+    user = np.array([0, 0, 0, 0, 1, 1, 1])
+    ts = np.array([5, 9, 9, 1, 3, 3, 3])
+    lab = S.split_loo(user, ts)
+    # user 0: rows 1 and 2 tie at ts 9; the first in the file (row 1) is the latest -> test
+    assert lab[:4].tolist() == [0, 2, 1, 0]
+    assert lab[4:].tolist() == [2, 1, 0]
+
+
+def test_ratio_split_counts():
+    user = np.repeat(np.arange(3), [10, 2, 1])
+    lab = S.split_ratio(user, (0.7, 0.1, 0.2), np.random.default_rng(0))
+    assert np.bincount(lab[:10], minlength=3).tolist() == [7, 1, 2]
+    assert np.bincount(lab[10:12], minlength=3).tolist() == [1, 0, 1]  # test then 1 left: no valid
+    assert lab[12] == 0
+
+
+def test_filter_threshold_and_min_user():
+    it = Interactions(np.array([0, 0, 0, 1, 1, 2]), np.array([0, 1, 2, 0, 3, 3]),
+                      np.array([5, 1, 4, 5, 5, 2], np.float32), np.zeros(6, np.int64),
+                      np.array([10, 20, 30]), np.array([1, 2, 3, 4]))
+    out = S.filter_interactions(it, threshold=3, min_user=2)
+    assert out.user_ids.tolist() == [10, 20] and out.item_ids.tolist() == [1, 3, 4]
+    assert len(out) == 4
+
+
+def test_eval_negatives_never_interacted_and_disjoint():
+    user = np.array([0, 0, 1])
+    item = np.array([0, 1, 2])
+    nv, nt = S.sample_eval_negatives(user, item, 2, 10, 3, True, np.random.default_rng(1))
+    for u, seen in ((0, {0, 1}), (1, {2})):
+        assert not (set(nv[u]) | set(nt[u])) & seen
+        assert not set(nv[u]) & set(nt[u])
+
+
+def test_blocks_partition_fedcia_sizes():
+    parts = P.partition_blocks(943, 100)
+    assert [len(p) for p in parts[:99]] == [9] * 99 and len(parts[99]) == 52
+    assert np.concatenate(parts).tolist() == list(range(943))
+
+
+def test_spectral_recovers_two_components_and_drops_cross_edges():
+    # two dense blocks of users/items joined by one cross edge
+    edges = [(u, i) for u in range(0, 5) for i in range(0, 4)] + [(u, i) for u in range(5, 10) for i in range(4, 8)]
+    edges.append((0, 7))
+    u, i = np.array(edges).T
+    ul, il, st = P.partition_spectral(u, i, 10, 8, 2, seed=0)
+    assert len(set(ul[:5])) == 1 and len(set(ul[5:])) == 1 and ul[0] != ul[5]
+    assert (il[:4] == ul[0]).all() and (il[4:] == ul[5]).all()
+    assert st["edges_dropped"] == 1 and st["edges_kept"] == len(edges) - 1
+
+
+def test_fedcia_split_from_file(data_dir):
+    fed = build_federation(resolve(None, {"split": "fedcia", "partition": "fedcia", "protocol": "full-rank"}),
+                           data_dir, use_cache=False)
+    assert fed.stats["train"] == 72000 and fed.stats["valid"] == 8000 and fed.stats["test"] == 20000
+    assert [len(c) for c in fed.clients] == [9] * 99 + [52]
+    test_users = [u for u in range(943) if len(fed.rows("test", u))]
+    assert len(test_users) == 459
+
+
+def test_loo_on_ml100k(data_dir):
+    fed = build_federation(resolve(None, {"split": "loo", "partition": "user"}), data_dir, use_cache=False)
+    assert fed.stats["train"] == 98114 and fed.stats["valid"] == 943 and fed.stats["test"] == 943
+    assert fed.neg_valid.shape == (943, 99)
+
+
+def test_missing_file_offline_names_file_url_and_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("COROLLA_OFFLINE", "1")
+    monkeypatch.delenv("COROLLA_DATA", raising=False)
+    with pytest.raises(DatasetFileError) as e:
+        locate("ml-100k/u.data", tmp_path)
+    msg = str(e.value)
+    assert "ml-100k/u.data" in msg and "files.grouplens.org" in msg and str(tmp_path) in msg
+
+
+def test_checksum_mismatch_is_an_error(tmp_path, data_dir):
+    d = tmp_path / "ml-100k"
+    d.mkdir()
+    data = Path(data_dir, "ml-100k", "u.data").read_bytes()
+    (d / "u.data").write_bytes(data[:-10] + b"1\t1\t1\t1\n")
+    with pytest.raises(DatasetFileError, match="checksum mismatch"):
+        locate("ml-100k/u.data", tmp_path)
+
+
+_PROBE = """
+import hashlib, json, sys
+sys.path.insert(0, {root!r})
+from corolla.config import resolve
+from corolla.data import build_federation
+for over in {cases!r}:
+    f = build_federation(resolve(None, over), {data!r}, use_cache=False)
+    h = hashlib.sha256()
+    for k, v in sorted(f.to_arrays().items()):
+        h.update(k.encode()); h.update(v.tobytes())
+    print(h.hexdigest())
+"""
+
+
+def test_deterministic_across_processes(data_dir):
+    cases = [{"split": "ratio", "partition": "random", "num-clients": 7, "protocol": "full-rank", "seed": 3},
+             {"split": "loo", "partition": "user", "seed": 5}]
+    code = _PROBE.format(root=str(ROOT), cases=cases, data=data_dir)
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": str(s), "COROLLA_OFFLINE": "1", "PATH": "/usr/bin:/bin"}).stdout
+            for s in (1, 2)]
+    assert outs[0] == outs[1] and len(outs[0].split()) == 2
