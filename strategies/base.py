@@ -32,7 +32,7 @@ from corolla import metrics as M
 from corolla.config import int_list
 from corolla.protocol import ArraySpec, PayloadError, client_key, error_key, metric_key, validate_payload
 from corolla.util import rng
-from strategies.transport import GridTransport, Transport
+from strategies.transport import TIMEOUT_PREFIX, GridTransport, Transport
 
 
 def record_bytes(rec: ArrayRecord) -> int:
@@ -166,9 +166,15 @@ class CorollaStrategy(Strategy):
         for node, rep in replies.items():
             cids = json.loads(sent[node]["config"]["clients"])
             if isinstance(rep, str):
-                log(WARNING, "node %s failed in phase %s (%s); its logical clients %s are excluded "
-                    "from this run", node, phase, rep.splitlines()[0] if rep else rep, cids)
-                self.dead_nodes.add(node)
+                if rep.startswith(TIMEOUT_PREFIX):
+                    # slow or gone: this phase loses its contribution; it is asked again next round
+                    # unless the SuperLink has dropped it from the node list by then
+                    log(WARNING, "node %s: %s in phase %s; its logical clients %s are excluded from "
+                        "this phase", node, rep, phase, cids)
+                else:
+                    log(WARNING, "node %s failed in phase %s (%s); its logical clients %s are excluded "
+                        "from this run", node, phase, rep.splitlines()[0] if rep else rep, cids)
+                    self.dead_nodes.add(node)
                 stats.excluded += [{"client": c, "reason": f"node failed: {rep[:200]}"} for c in cids]
                 continue
             stats.replies += 1
@@ -337,6 +343,8 @@ class CorollaStrategy(Strategy):
         for rnd in range(start_round, num_rounds + 1):
             t0 = time.perf_counter()
             self.refresh_nodes(transport)
+            if not self.available():
+                raise RuntimeError(f"round {rnd}: no node with logical clients is left")
             targets = self.sample(rnd, self.available())
             phase_stats, train_metrics = [], {}
             for phase in self.phases(rnd):

@@ -14,6 +14,9 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 
+TIMEOUT_PREFIX = "no reply within"
+
+
 class Transport(Protocol):
     def node_ids(self) -> list[int]: ...
 
@@ -48,5 +51,5 @@ class GridTransport:
             if pending:
                 time.sleep(self.poll_s)
         for mid in pending:
-            out[node_of[mid]] = f"no reply within {timeout:.0f} s"
+            out[node_of[mid]] = f"{TIMEOUT_PREFIX} {timeout:.0f} s"
         return out

@@ -1,0 +1,124 @@
+"""End to end over real Flower processes: a SuperLink and SuperNodes on loopback (``corolla run``).
+
+Each test starts its own SuperLink and SuperNodes on free loopback ports through the CLI, so
+what is checked is what a user runs. The config is small (20 logical clients, d=8) so that a
+run takes about a minute on 2 cores.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from server_app.app import run_federation
+from tests.inproc import InProcessTransport, partitions
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["num-rounds=3", "split=loo", "partition=blocks", "num-clients=20", "protocol=loo", "dim=8",
+         "loss=bpr", "train-samples=per-positive", "batch-size=1024", "lr=0.05",
+         "compat-fedcia-metrics=false", "select-metric=ndcg@10", "patience=0", "phase-timeout=120"]
+
+
+def corolla(args, out, data_dir, **kw):
+    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", "fedavg-mf-ml100k", "--data-dir", data_dir,
+           "--out", str(out)] + args
+    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, **kw)
+
+
+def sets(extra=()):
+    return [a for s in list(SMALL) + list(extra) for a in ("--set", s)]
+
+
+def wait_for(path: Path, text: str, proc, timeout=240):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.is_file() and text in path.read_text():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended before '{text}':\n{proc.stdout.read()}")
+        time.sleep(0.3)
+    raise AssertionError(f"'{text}' not in {path} after {timeout} s")
+
+
+def inproc(tmp_path, data_dir, nodes, extra=""):
+    t = InProcessTransport(partitions(nodes, {"data-dir": data_dir}))
+    return run_federation(t, {"preset": "fedavg-mf-ml100k", "set": " ".join(SMALL) + " " + extra,
+                              "out-dir": str(tmp_path / f"inproc{nodes}"), "data-dir": data_dir})
+
+
+def test_real_superlink_run_matches_twenty_node_run_and_excludes_bad_payloads(tmp_path, data_dir):
+    out = tmp_path / "run"
+    p = corolla(["--nodes", "2"] + sets(), out, data_dir)
+    log, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, log
+    assert "round   3 valid ndcg@10=" in log  # live progress on the terminal
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "completed" and s["rounds_completed"] == 3
+    # 20 logical clients on 2 real SuperNodes == the same 20 clients on 20 nodes
+    ref = inproc(tmp_path, data_dir, 20)
+    assert s["metrics"] == ref["metrics"]
+    item_table = 1682 * 8 * 4 + 128
+    rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    assert [r["phases"][0]["bytes_up"] for r in rounds] == [20 * item_table] * 3
+    assert [r["phases"][0]["bytes_down"] for r in rounds] == [2 * item_table] * 3
+    assert (out / "learning_curve.png").is_file()
+    # no process left behind
+    pids = json.loads((out / "logs" / "pids.json").read_text())
+    for pid in [pids["superlink"], *pids["supernodes"]]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_nan_and_wrong_shape_payloads_are_excluded(tmp_path, data_dir):
+    out = tmp_path / "faults"
+    p = corolla(["--nodes", "2", "--node-config", "0:fault-nan=3", "--node-config", "1:fault-shape=12"]
+                + sets(["num-rounds=2"]), out, data_dir)
+    log, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, log
+    rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    for r in rounds:
+        ex = {e["client"]: e["reason"] for e in r["phases"][0]["excluded"]}
+        assert set(ex) == {3, 12} and "non-finite" in ex[3] and "shape" in ex[12]
+    assert "logical client 3: invalid payload" in (out / "logs" / "flwr-run.log").read_text()
+
+
+def test_node_killed_mid_round_costs_only_its_contribution(tmp_path, data_dir):
+    out = tmp_path / "kill"
+    p = corolla(["--nodes", "3"] + sets(["num-rounds=4", "phase-timeout=60"]), out, data_dir)
+    wait_for(out / "progress.log", "round   2/4 evaluate", p)
+    victim = json.loads((out / "logs" / "pids.json").read_text())["supernodes"][2]
+    os.killpg(victim, signal.SIGKILL)
+    log, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, log
+    rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) == 4 and rounds[0]["clients"] == 20
+    assert rounds[-1]["clients"] == 14  # the third node's 6 clients are gone
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "completed"
+
+
+def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir):
+    out = tmp_path / "resume"
+    p = corolla(["--nodes", "2"] + sets(["num-rounds=4"]), out, data_dir)
+    wait_for(out / "progress.log", "round   3/4 train", p)
+    os.killpg(p.pid, signal.SIGINT)  # Ctrl-C: the CLI stops the SuperLink and SuperNodes
+    p.communicate(timeout=120)
+    assert p.returncode != 0
+    done = len((out / "rounds.jsonl").read_text().splitlines())
+    assert 2 <= done < 4
+    q = corolla(["--resume", str(out), "--nodes", "2"], out, data_dir)
+    # --resume ignores --preset/--set and reuses the run's config
+    log, _ = q.communicate(timeout=600)
+    assert q.returncode == 0, log
+    s = json.loads((out / "summary.json").read_text())
+    ref = inproc(tmp_path, data_dir, 2, "num-rounds=4")
+    assert s["rounds_completed"] == 4
+    assert s["metrics"] == ref["metrics"] and s["last_round_metrics"] == ref["last_round_metrics"]
