@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 import traceback
 import zlib
 from dataclasses import dataclass, field
@@ -208,6 +209,7 @@ class NodeHost:
         for cid in targets:
             if cid not in self.hosted:
                 continue
+            t0 = time.perf_counter()
             try:
                 lc = self.client(cid)
                 loaded = self.store.load(cid, rnd)
@@ -221,6 +223,7 @@ class NodeHost:
                     self.store.save(cid, rnd, res.state)
                 elif loaded is None:
                     self.store.save(cid, rnd, state)
+                res.metrics["compute-s"] = time.perf_counter() - t0
                 out[cid] = res
             except Exception:  # one failing logical client must not take the node down
                 out[cid] = traceback.format_exc(limit=6)

@@ -51,11 +51,13 @@ class PhaseStats:
     bytes_down: int = 0
     wall_s: float = 0.0
     replies: int = 0
+    compute_s: float = 0.0  # the largest per-node sum of the clients' own phase time
     excluded: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
-                "wall_s": round(self.wall_s, 4), "replies": self.replies, "excluded": self.excluded}
+                "wall_s": round(self.wall_s, 4), "compute_s": round(self.compute_s, 4),
+                "replies": self.replies, "excluded": self.excluded}
 
 
 @dataclass
@@ -178,7 +180,10 @@ class CorollaStrategy(Strategy):
                 stats.excluded += [{"client": c, "reason": f"node failed: {rep[:200]}"} for c in cids]
                 continue
             stats.replies += 1
+            node_compute = 0.0
             for c in cids:
+                if metric_key(c) in rep:
+                    node_compute += float(rep[metric_key(c)].get("compute-s", 0.0))
                 if error_key(c) in rep:
                     err = str(rep[error_key(c)]["error"])
                     log(WARNING, "logical client %s raised in phase %s; excluded:\n%s", c, phase, err)
@@ -204,6 +209,7 @@ class CorollaStrategy(Strategy):
                     stats.excluded.append({"client": c, "reason": f"invalid payload: {e}"})
                     continue
                 out[c] = ClientResult(payload, mets)
+            stats.compute_s = max(stats.compute_s, node_compute)
         return out
 
     def exchange(self, transport: Transport, phase: str, rnd: int, targets: list[int], shared, personal

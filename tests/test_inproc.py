@@ -101,3 +101,30 @@ def test_resume_equals_uninterrupted(tmp_path, data_dir):
     assert resumed["rounds_completed"] == 4
     assert resumed["metrics"] == full["metrics"]
     assert resumed["last_round_metrics"] == full["last_round_metrics"]
+
+
+def test_edge_node_with_its_own_file_joins_the_run(tmp_path, data_dir):
+    rows = [line.split("\t") for line in open(f"{data_dir}/ml-100k/u.data") if line.startswith("1\t")]
+    edge = tmp_path / "me.csv"
+    edge.write_text("# item,rating,timestamp\n" + "".join(f"{r[1]},{r[2]},{r[3].strip()}\n" for r in rows))
+    nodes = partitions(2, {"data-dir": data_dir}) + [{"data-file": str(edge), "client-id": 5000, "data-dir": data_dir}]
+    t = InProcessTransport(nodes)
+    s = run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=1 export-topk=5",
+                           "out-dir": str(tmp_path / "edge"), "data-dir": data_dir})
+    r = json.loads(open(tmp_path / "edge" / "rounds.jsonl").readline())
+    assert r["clients"] == 21 and r["users"]["test"] == 944 and not r["phases"][0]["excluded"]
+    top = [json.loads(x) for x in open(tmp_path / "edge" / "topk.jsonl")]
+    assert len(top) == 944 and all(len(x["items"]) == 5 for x in top)
+    mine = [x for x in top if x["client"] == 5000][0]
+    seen = {int(r[1]) - 1 for r in rows}
+    assert len(set(mine["items"]) & seen) <= 1  # train and valid items are masked; only the test item may appear
+
+
+def test_edge_file_errors_name_file_and_line(tmp_path, data_dir):
+    from corolla.config import resolve
+    from corolla.data import edge_federation
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,5,100\n99999,4,101\n")
+    with pytest.raises(ValueError, match=r"bad.csv:2: item id '99999'"):
+        edge_federation(bad, resolve(None, {}), data_dir)
