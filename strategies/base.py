@@ -161,11 +161,19 @@ class CorollaStrategy(Strategy):
             contents[node] = rd
         return contents, down
 
-    def parse_replies(self, phase: str, sent: dict[int, RecordDict], replies: dict[int, RecordDict | str],
-                      stats: PhaseStats) -> dict[int, ClientResult]:
-        """Validate replies; returns the valid results by logical client."""
+    def accept(self, phase: str, rnd: int, cid: int, result: ClientResult) -> ClientResult:
+        """*hook*: called for each validated result as its node's reply arrives.
+
+        A strategy with large payloads folds ``result.payload`` into a running aggregate here and
+        returns the result without its payload, so the server never holds all payloads at once.
+        """
+        return result
+
+    def parse_replies(self, phase: str, sent: dict[int, RecordDict], replies, stats: PhaseStats,
+                      rnd: int = 0) -> dict[int, ClientResult]:
+        """Validate replies (an iterable of ``(node, reply)``); returns the valid results by client."""
         out: dict[int, ClientResult] = {}
-        for node, rep in replies.items():
+        for node, rep in replies:
             cids = json.loads(sent[node]["config"]["clients"])
             if isinstance(rep, str):
                 if rep.startswith(TIMEOUT_PREFIX):
@@ -208,7 +216,7 @@ class CorollaStrategy(Strategy):
                     log(WARNING, "logical client %s: invalid payload in phase %s (%s); excluded", c, phase, e)
                     stats.excluded.append({"client": c, "reason": f"invalid payload: {e}"})
                     continue
-                out[c] = ClientResult(payload, mets)
+                out[c] = self.accept(phase, rnd, c, ClientResult(payload, mets))
             stats.compute_s = max(stats.compute_s, node_compute)
         return out
 
@@ -217,8 +225,8 @@ class CorollaStrategy(Strategy):
         t0 = time.perf_counter()
         stats = PhaseStats(phase)
         contents, stats.bytes_down = self.build_contents(phase, rnd, targets, shared, personal)
-        replies = transport.exchange(contents, self.message_type(phase), self.cfg["phase-timeout"]) if contents else {}
-        results = self.parse_replies(phase, contents, replies, stats)
+        replies = transport.exchange(contents, self.message_type(phase), self.cfg["phase-timeout"]) if contents else []
+        results = self.parse_replies(phase, contents, replies, stats, rnd)
         stats.wall_s = time.perf_counter() - t0
         return results, stats
 
@@ -228,7 +236,7 @@ class CorollaStrategy(Strategy):
         if not node_ids:
             return
         contents = {n: RecordDict({"config": self._config("handshake", 0, [])}) for n in node_ids}
-        replies = transport.exchange(contents, self.message_type("handshake"), self.cfg["phase-timeout"])
+        replies = dict(transport.exchange(contents, self.message_type("handshake"), self.cfg["phase-timeout"]))
         for node in node_ids:
             rep = replies.get(node, "no reply")
             if isinstance(rep, str):
@@ -306,7 +314,7 @@ class CorollaStrategy(Strategy):
             sent[node] = RecordDict({"config": self._config("train", server_round, self.nodes.get(node, []))})
             reps[node] = f"error {r.error.code}: {r.error.reason}" if r.has_error() else r.content
         stats = PhaseStats("train")
-        results = self.parse_replies("train", sent, reps, stats)
+        results = self.parse_replies("train", sent, reps.items(), stats, server_round)
         mets = self.aggregate_phase("train", server_round, results)
         shared, _ = self.evaluate_download(server_round, self.available())
         return (to_record(shared) if shared else None), MetricRecord({k: float(v) for k, v in mets.items()})

@@ -3,12 +3,16 @@
 :class:`GridTransport` speaks to a real SuperLink (or the simulation runtime) through Flower's
 ``Grid``. Instead of ``Grid.send_and_receive`` (which sleeps 3 s between polls) it pushes all
 messages and polls for replies every ``poll_s`` seconds until all replied or ``timeout`` passed.
+
+``exchange`` yields ``(node, reply)`` as replies arrive (a failed node yields an error string), so
+that a strategy can fold each reply into a running aggregate and drop it: server memory then does
+not grow with the number of nodes or logical clients.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Iterator, Protocol
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
@@ -21,7 +25,7 @@ class Transport(Protocol):
     def node_ids(self) -> list[int]: ...
 
     def exchange(self, contents: dict[int, RecordDict], message_type: str,
-                 timeout: float) -> dict[int, RecordDict | str]: ...
+                 timeout: float) -> Iterator[tuple[int, RecordDict | str]]: ...
 
 
 class GridTransport:
@@ -33,12 +37,11 @@ class GridTransport:
         return sorted(int(n) for n in self.grid.get_node_ids())
 
     def exchange(self, contents: dict[int, RecordDict], message_type: str,
-                 timeout: float) -> dict[int, RecordDict | str]:
+                 timeout: float) -> Iterator[tuple[int, RecordDict | str]]:
         msgs = [Message(content=c, dst_node_id=n, message_type=message_type) for n, c in contents.items()]
         ids = list(self.grid.push_messages(msgs))
         node_of = {mid: n for mid, n in zip(ids, contents)}
         pending = set(ids)
-        out: dict[int, RecordDict | str] = {}
         end = time.monotonic() + timeout
         while pending and time.monotonic() < end:
             for rep in self.grid.pull_messages(list(pending)):
@@ -47,9 +50,8 @@ class GridTransport:
                     continue
                 pending.discard(mid)
                 n = node_of[mid]
-                out[n] = f"error {rep.error.code}: {rep.error.reason}" if rep.has_error() else rep.content
+                yield n, (f"error {rep.error.code}: {rep.error.reason}" if rep.has_error() else rep.content)
             if pending:
                 time.sleep(self.poll_s)
-        for mid in pending:
-            out[node_of[mid]] = f"{TIMEOUT_PREFIX} {timeout:.0f} s"
-        return out
+        for mid in sorted(pending):
+            yield node_of[mid], f"{TIMEOUT_PREFIX} {timeout:.0f} s"

@@ -26,20 +26,22 @@ class InProcessTransport:
         return sorted(n for n in self.nodes if n not in self.dead)
 
     def exchange(self, contents, message_type, timeout):
-        out = {}
+        dead = set(self.dead)  # decided when the messages are pushed
+        return self._replies(contents, message_type, dead)
+
+    def _replies(self, contents, message_type, dead):
         for node, content in contents.items():
-            if node in self.dead:
-                out[node] = "error: Node Unavailable"
+            if node in dead:
+                yield node, "error: Node Unavailable"
                 continue
             try:
                 rep = handle(content, self.nodes[node])
             except Exception as e:  # noqa: BLE001
-                out[node] = f"error 2: {e}"
+                yield node, f"error 2: {e}"
                 continue
             if self.tamper is not None:
                 rep = self.tamper(node, message_type, rep)
-            out[node] = rep
-        return out
+            yield node, rep
 
 
 def partitions(n: int, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -122,3 +122,12 @@ def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir):
     ref = inproc(tmp_path, data_dir, 2, "num-rounds=4")
     assert s["rounds_completed"] == 4
     assert s["metrics"] == ref["metrics"] and s["last_round_metrics"] == ref["last_round_metrics"]
+
+
+def test_simulation_runtime_twenty_nodes_equal_two(tmp_path, data_dir):
+    out = tmp_path / "sim"
+    p = corolla(["--mode", "sim", "--nodes", "20"] + sets(), out, data_dir)
+    log, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, log
+    s = json.loads((out / "summary.json").read_text())
+    assert s["metrics"] == inproc(tmp_path, data_dir, 2)["metrics"]
