@@ -183,7 +183,7 @@ class NodeHost:
     def client(self, cid: int) -> LogicalClient:
         from client_app import registry
 
-        cls = registry.client_class(self.cfg["method"])
+        cls = registry.client_class(self.cfg["method"], self.cfg["model"])
         return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device)
 
     def _inject_fault(self, cid: int, res: PhaseResult) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 
-def client_class(method: str):
+def client_class(method: str, model: str = "mf"):
+    if model == "gfcf":
+        from client_app.fedcia import GFCFClient, LocalGFCFClient
+
+        return LocalGFCFClient if method == "local" else GFCFClient
     if method in ("fedavg", "fcf"):
         from client_app.mf import FedAvgClient
 

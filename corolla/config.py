@@ -39,8 +39,8 @@ class Key:
 # fmt: off
 SCHEMA: dict[str, Key] = {
     # --- what runs
-    "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local")),
-    "model": Key("mf", "model of every logical client", ("mf", "ncf")),
+    "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia")),
+    "model": Key("mf", "model of every logical client", ("mf", "ncf", "gfcf")),
     "num-rounds": Key(20, "number of federated rounds"),
     "seed": Key(42, "seed of every random choice (data, init, sampling)"),
     "fraction-train": Key(1.0, "fraction of logical clients sampled for training each round"),
@@ -80,6 +80,12 @@ SCHEMA: dict[str, Key] = {
     "num-negatives": Key(1, "training negatives per positive"),
     "neg-pool": Key("train", "training negatives from items not in the user's train set ('train') or not interacted at all ('uninteracted')", ("train", "uninteracted")),
     "device": Key("auto", "torch device of the clients: auto (CUDA if available), cpu, cuda, cuda:N"),
+    # --- FedCIA (spec FEDCIA_FEDCA part A)
+    "svd-number": Key(32, "GF-CF: rows k of the ideal low-pass filter"),
+    "gfcf-wp": Key(0.3, "GF-CF: weight of the ideal low-pass filter"),
+    "gfcf-null-rows": Key("lapack", "GF-CF with fewer users than svd-number: keep LAPACK's null-space rows (code) or drop them", ("lapack", "drop")),
+    "agg-beta": Key(60.0, "FedCIA GF-CF: prediction R F_k + agg-beta * R F_agg"),
+    "laplace-scale": Key(0.001, "FedCIA: scale b of the i.i.d. Laplace noise added to every uploaded matrix (0 = none)"),
     # --- outputs
     "export-topk": Key(0, "write OUT/topk.jsonl with the top-K items of every user (0 = off)"),
 }
@@ -257,6 +263,12 @@ def validate(cfg: dict[str, Any]) -> None:
         raise ConfigError("config key 'split': 'given' uses a dataset's own train/test files; only dataset=gowalla has them")
     if cfg["dataset"] == "gowalla" and cfg["split"] != "given":
         raise ConfigError("dataset 'gowalla' is the LightGCN split; it needs split=given")
+    if cfg["model"] == "gfcf" and cfg["method"] not in ("fedcia", "local"):
+        raise ConfigError("config key 'model': 'gfcf' is parameter-free; it runs with method=fedcia or method=local")
+    if cfg["method"] == "fedcia" and cfg["model"] != "gfcf":
+        raise ConfigError("config key 'method': fedcia is implemented for model=gfcf so far")
+    if cfg["model"] == "gfcf" and cfg["protocol"] != "full-rank":
+        raise ConfigError("config key 'protocol': GF-CF scores every item; it needs protocol=full-rank")
     if cfg["model"] == "ncf":
         layers = int_list(cfg, "mlp-layers")
         if layers[0] != 2 * cfg["dim"]:

@@ -1,0 +1,57 @@
+"""FedCIA server side (SIGIR'25; spec FEDCIA_FEDCA part A), parameter-free GF-CF path.
+
+Round 1, phase ``upload``: every logical client sends its (noised) GF-CF filter F_k (M × M).
+The server averages them, ``F_agg = (1/K) Σ_k F_k`` (paper §5.3.1; code fedcia_gsp.py:32, a
+plain mean), *streaming*: each filter is added to a float64 running sum as its node's reply
+arrives and is then dropped, so server memory is O(M²) whatever the number of clients.
+``evaluate`` sends ``F_agg`` to every node. GF-CF is one-shot: later rounds only re-evaluate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from corolla.protocol import ArraySpec
+from strategies.base import ClientResult, CorollaStrategy
+
+
+class FedCIAGFCF(CorollaStrategy):
+    def __init__(self, cfg: dict[str, Any]):
+        super().__init__(cfg)
+        self.f_agg: np.ndarray | None = None
+        self._sum: np.ndarray | None = None
+        self._n = 0
+
+    def phases(self, rnd: int) -> list[str]:
+        return ["upload"] if self.f_agg is None else []
+
+    def expected_payload(self, phase, cid):
+        return {"filter": ArraySpec((self.n_items, self.n_items), "float32")}
+
+    def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
+        if phase != "upload":
+            return result
+        f = result.payload["filter"]
+        if self._sum is None:
+            self._sum = np.zeros(f.shape, np.float64)
+        self._sum += f
+        self._n += 1
+        return ClientResult({}, result.metrics)
+
+    def aggregate_phase(self, phase, rnd, results):
+        if not self._n:
+            raise RuntimeError("FedCIA: no valid filter was uploaded")
+        self.f_agg = (self._sum / self._n).astype(np.float32)
+        self._sum, n, self._n = None, self._n, 0
+        return {"clients": n}
+
+    def evaluate_download(self, rnd, targets):
+        return ({"filter": self.f_agg} if self.f_agg is not None else {}), {}
+
+    def state_dict(self):
+        return {"f_agg": self.f_agg} if self.f_agg is not None else {}
+
+    def load_state_dict(self, state):
+        self.f_agg = state.get("f_agg")
