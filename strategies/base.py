@@ -128,11 +128,13 @@ class CorollaStrategy(Strategy):
     # ------------------------------------------------------------------ transport
     @staticmethod
     def message_type(phase: str) -> str:
+        """Flower message type of a phase: every training phase is a ``train`` message (the phase
+        name travels in the config), evaluation ``evaluate``, handshake/top-K ``query.<name>``."""
         if phase == "evaluate":
             return "evaluate"
         if phase in ("handshake", "topk"):
             return f"query.{phase}"
-        return "train" if phase == "train" else f"train.{phase}"
+        return "train"
 
     def _config(self, phase: str, rnd: int, cids: list[int]) -> ConfigRecord:
         return ConfigRecord({"phase": phase, "round": rnd, "clients": json.dumps(cids),
