@@ -68,3 +68,40 @@ def test_bpr_loss_and_ncf_shapes():
     ncf = build_model(resolve(None, {"model": "ncf", "dim": 4, "mlp-layers": "8,4", "loss": "bce"}), 3, 6)
     assert ncf.full_sort_scores(torch.tensor([0, 2])).shape == (2, 6)
     assert "mlp.0.weight" in ncf.shared_names() and "user.weight" not in ncf.shared_names()
+
+
+def test_selection_on_valid_and_paper_compat_on_test(tmp_path):
+    from server_app.results import RunRecorder
+
+    cfg = resolve(None, {"select-metric": "ndcg@10", "compat-select-on-test": True, "patience": 2})
+    rec = RunRecorder(tmp_path, cfg, None, {})
+    vals = [(0.1, 0.30), (0.3, 0.20), (0.3, 0.25), (0.2, 0.25)]  # (valid, test) per round
+    for r, (v, t) in enumerate(vals, 1):
+        rec.history.append({"round": r, "phases": [], "valid": {"ndcg@10": v}, "metrics": {"ndcg@10": t},
+                            "compat": {}, "valid_compat": {}})
+    assert rec.select()["round"] == 2                      # strict '>': the first of equal valid values
+    assert rec.select("test", compat=True)["round"] == 1   # best test
+    rec.cfg = {**cfg, "select-tie": "last"}
+    assert rec.select()["round"] == 3
+    rec.cfg = cfg
+    assert rec._should_stop()                              # 2 rounds after the best valid round
+    s = rec.summary("completed")
+    assert s["selection"]["round"] == 2 and s["metrics"] == {"ndcg@10": 0.20}
+    assert s["metrics_paper_compat"]["selection"] == {"split": "test", "metric": "ndcg@10", "round": 1}
+
+
+def test_sampling_is_seeded_by_round_and_fcf_is_unweighted():
+    from strategies.base import ClientResult
+    from strategies.fedavg import FCF, FedAvg
+
+    cfg = resolve(None, {"fraction-train": 0.25})
+    s = FedAvg(cfg)
+    a, b = s.sample(3, list(range(40))), s.sample(3, list(range(40)))
+    assert a == b and len(a) == 10 and a != s.sample(4, list(range(40)))
+    res = {0: ClientResult({"x": np.array([0.0], np.float32)}, {"num-examples": 1}),
+           1: ClientResult({"x": np.array([4.0], np.float32)}, {"num-examples": 3})}
+    f = FedAvg(cfg)
+    f.aggregate_phase("train", 1, res)
+    u = FCF(cfg)
+    u.aggregate_phase("train", 1, res)
+    assert f.global_params["x"][0] == 3.0 and u.global_params["x"][0] == 2.0

@@ -125,3 +125,14 @@ def test_deterministic_across_processes(data_dir):
                            env={"PYTHONHASHSEED": str(s), "COROLLA_OFFLINE": "1", "PATH": "/usr/bin:/bin"}).stdout
             for s in (1, 2)]
     assert outs[0] == outs[1] and len(outs[0].split()) == 2
+
+
+def test_attribute_files(data_dir):
+    from corolla.data.loaders import load_ml100k_items, load_ml100k_users, load_ml1m_users
+
+    u = load_ml100k_users(data_dir)
+    assert len(u.ids) == 943 and u.columns["age"][0] == 24 and u.columns["gender"][0] == "M"
+    it = load_ml100k_items(data_dir)
+    assert len(it.ids) == 1682 and it.genres.shape == (1682, 19) and it.title[0].startswith("Toy Story")
+    m = load_ml1m_users(data_dir)
+    assert len(m.ids) == 6040 and (m.columns["gender"] == "M").sum() == 4331

@@ -171,3 +171,46 @@ def load_edge_file(path: str | os.PathLike, item_ids: np.ndarray) -> Interaction
     n = len(items)
     return Interactions(np.zeros(n, np.int64), np.array(items, np.int64), np.array(ratings, np.float32),
                         np.array(ts, np.int64), np.array(["edge"]), item_ids)
+
+
+@dataclass
+class UserAttributes:
+    """Side information of users: raw id and named columns (strings), in file order."""
+
+    ids: np.ndarray
+    columns: dict[str, np.ndarray]
+
+
+@dataclass
+class ItemAttributes:
+    ids: np.ndarray
+    title: np.ndarray
+    genres: np.ndarray  # (n_items, n_genres) 0/1 for ML-100K; list strings for ML-1M
+
+
+def load_ml100k_users(data_dir=None) -> UserAttributes:
+    """``u.user``: ``id|age|gender|occupation|zip``."""
+    rows = _num_rows(locate("ml-100k/u.user", data_dir), "|", cols=5)
+    cols = list(zip(*rows))
+    return UserAttributes(np.array([int(x) for x in cols[0]]),
+                          {"age": np.array([int(x) for x in cols[1]]), "gender": np.array(cols[2]),
+                           "occupation": np.array(cols[3]), "zip": np.array(cols[4])})
+
+
+def load_ml100k_items(data_dir=None) -> ItemAttributes:
+    """``u.item`` (latin-1): id|title|release|video release|IMDb URL|19 genre flags."""
+    rows = _read_table(locate("ml-100k/u.item", data_dir), "|", encoding="latin-1")
+    bad = [i for i, r in enumerate(rows) if len(r) != 24]
+    if bad:
+        raise ValueError(f"ml-100k/u.item: line {bad[0] + 1}: expected 24 '|'-separated fields")
+    return ItemAttributes(np.array([int(r[0]) for r in rows]), np.array([r[1] for r in rows]),
+                          np.array([[int(x) for x in r[5:]] for r in rows], np.int8))
+
+
+def load_ml1m_users(data_dir=None) -> UserAttributes:
+    """``users.dat``: ``UserID::Gender::Age::Occupation::Zip-code`` (age and occupation are codes)."""
+    rows = _num_rows(locate("ml-1m/users.dat", data_dir), "::", cols=5)
+    cols = list(zip(*rows))
+    return UserAttributes(np.array([int(x) for x in cols[0]]),
+                          {"gender": np.array(cols[1]), "age": np.array([int(x) for x in cols[2]]),
+                           "occupation": np.array([int(x) for x in cols[3]]), "zip": np.array(cols[4])})
