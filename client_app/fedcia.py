@@ -50,3 +50,48 @@ class GFCFClient(LogicalClient):
 class LocalGFCFClient(GFCFClient):
     def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
         return PhaseResult(metrics={"num-examples": self.num_train})
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameter models (paper §5.2, spec A4)
+
+from client_app.mf import ParamClient  # noqa: E402
+from corolla.models.similarity import finetune, similarity, svd_factors  # noqa: E402
+
+
+class FedCIAParamClient(ParamClient):
+    """FedCIA with a parameter model (MF / NCF-MLP): only item similarity crosses the network.
+
+    ``train``: the local epoch(s) with the persistent Adam (spec A4.1), then upload
+    ``C_k = E Eᵀ + Laplace(b)`` (``sim``, M × M) or its truncated SVD (``vh``: L × M, ``s``: L).
+    ``finetune``: ``finetune-steps`` SGD steps (lr ``finetune-lr``, weight decay ``weight-decay``)
+    of the item table on the ``finetune-loss`` towards the received C_s (spec A4.4), with the
+    closed-form O(M²d) gradient of ``corolla.models.similarity.finetune_grad``.
+    ``evaluate``: the client's own model; nothing is downloaded.
+    """
+
+    federated = False  # no shared parameters are exchanged
+
+    def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
+        model, new_state, loss, n = self.local_update(rnd, state, {})
+        c = similarity(model.item.weight.detach().cpu().numpy())
+        b = self.cfg["laplace-scale"]
+        if b > 0:
+            c = c + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, c.shape).astype(np.float32)
+        if self.cfg["fedcia-upload"] == "svd":
+            vh, s = svd_factors(c, self.cfg["svd-rank"] or self.cfg["dim"])
+            payload = {"vh": vh, "s": s}
+        else:
+            payload = {"sim": c}
+        return PhaseResult(payload=payload, metrics={"num-examples": n, "train-loss": loss}, state=new_state)
+
+    def phase_finetune(self, rnd, state, shared, personal) -> PhaseResult:
+        import torch
+
+        e = torch.as_tensor(state["item.weight"], device=self.device)
+        c_s = torch.as_tensor(shared["sim"], device=self.device)
+        e, loss = finetune(e, c_s, self.cfg["finetune-steps"], self.cfg["finetune-lr"],
+                           self.cfg["weight-decay"], self.cfg["finetune-loss"])
+        new_state = dict(state)
+        new_state["item.weight"] = e.cpu().numpy().astype(np.float32)
+        return PhaseResult(metrics={"finetune-loss": loss}, state=new_state)

@@ -8,6 +8,10 @@ def client_class(method: str, model: str = "mf"):
         from client_app.fedcia import GFCFClient, LocalGFCFClient
 
         return LocalGFCFClient if method == "local" else GFCFClient
+    if method == "fedcia":
+        from client_app.fedcia import FedCIAParamClient
+
+        return FedCIAParamClient
     if method in ("fedavg", "fcf"):
         from client_app.mf import FedAvgClient
 

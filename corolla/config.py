@@ -86,6 +86,11 @@ SCHEMA: dict[str, Key] = {
     "gfcf-null-rows": Key("lapack", "GF-CF with fewer users than svd-number: keep LAPACK's null-space rows (code) or drop them", ("lapack", "drop")),
     "agg-beta": Key(60.0, "FedCIA GF-CF: prediction R F_k + agg-beta * R F_agg"),
     "laplace-scale": Key(0.001, "FedCIA: scale b of the i.i.d. Laplace noise added to every uploaded matrix (0 = none)"),
+    "fedcia-upload": Key("full", "FedCIA parameter models: upload the M×M similarity ('full') or its truncated SVD ('svd')", ("full", "svd")),
+    "svd-rank": Key(0, "FedCIA fedcia-upload=svd: rank L (0 = dim, as the code's latent_dim)"),
+    "finetune-steps": Key(100, "FedCIA: SGD steps towards the global similarity after each round"),
+    "finetune-lr": Key(0.1, "FedCIA: fine-tuning learning rate (agg_lr)"),
+    "finetune-loss": Key("fro", "FedCIA fine-tuning loss: the code's Frobenius norm ('fro') or the paper's MSE ('mse', Eq. 6)", ("fro", "mse")),
     # --- outputs
     "export-topk": Key(0, "write OUT/topk.jsonl with the top-K items of every user (0 = off)"),
 }
@@ -265,8 +270,6 @@ def validate(cfg: dict[str, Any]) -> None:
         raise ConfigError("dataset 'gowalla' is the LightGCN split; it needs split=given")
     if cfg["model"] == "gfcf" and cfg["method"] not in ("fedcia", "local"):
         raise ConfigError("config key 'model': 'gfcf' is parameter-free; it runs with method=fedcia or method=local")
-    if cfg["method"] == "fedcia" and cfg["model"] != "gfcf":
-        raise ConfigError("config key 'method': fedcia is implemented for model=gfcf so far")
     if cfg["model"] == "gfcf" and cfg["protocol"] != "full-rank":
         raise ConfigError("config key 'protocol': GF-CF scores every item; it needs protocol=full-rank")
     if cfg["model"] == "ncf":

@@ -9,10 +9,13 @@ arrives and is then dropped, so server memory is O(M²) whatever the number of c
 
 from __future__ import annotations
 
+from logging import INFO
 from typing import Any
 
 import numpy as np
+from flwr.common.logger import log
 
+from corolla.models.similarity import svd_reconstruct
 from corolla.protocol import ArraySpec
 from strategies.base import ClientResult, CorollaStrategy
 
@@ -55,3 +58,65 @@ class FedCIAGFCF(CorollaStrategy):
 
     def load_state_dict(self, state):
         self.f_agg = state.get("f_agg")
+
+
+class FedCIAParam(CorollaStrategy):
+    """FedCIA with parameter models (paper Algorithm 1; spec A4).
+
+    Phase ``train``: every logical client trains and uploads its item similarity C_k (M × M, or
+    its rank-L SVD factors); the server averages them streaming into C_s = (1/K) Σ_k C_k (a plain
+    mean, paper §5.2.3). Phase ``finetune``: C_s goes to every client (once per node), which pulls
+    its item table towards it. User tables, item tables and models never leave the clients.
+    """
+
+    def __init__(self, cfg: dict[str, Any]):
+        super().__init__(cfg)
+        self.c_s: np.ndarray | None = None
+        self._sum: np.ndarray | None = None
+        self._n = 0
+
+    def phases(self, rnd: int) -> list[str]:
+        return ["train", "finetune"]
+
+    def expected_payload(self, phase, cid):
+        m = self.n_items
+        if phase != "train":
+            return {}
+        if self.cfg["fedcia-upload"] == "svd":
+            rank = self.cfg["svd-rank"] or self.cfg["dim"]
+            return {"vh": ArraySpec((rank, m)), "s": ArraySpec((rank,))}
+        return {"sim": ArraySpec((m, m))}
+
+    def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
+        if phase != "train":
+            return result
+        p = result.payload
+        c = svd_reconstruct(p["vh"], p["s"]) if "vh" in p else p["sim"]
+        if self._sum is None:
+            self._sum = np.zeros(c.shape, np.float64)
+        self._sum += c
+        self._n += 1
+        return ClientResult({}, result.metrics)
+
+    def aggregate_phase(self, phase, rnd, results):
+        if phase == "finetune":
+            losses = [r.metrics.get("finetune-loss", np.nan) for r in results.values()]
+            return {"finetune-loss": float(np.nanmean(losses)) if losses else float("nan")}
+        if self._n:
+            self.c_s = (self._sum / self._n).astype(np.float32)
+        else:
+            log(INFO, "round %d: no valid similarity; C_s unchanged", rnd)
+        n, self._sum, self._n = self._n, None, 0
+        losses = [r.metrics.get("train-loss", np.nan) for r in results.values()]
+        return {"clients": n, "train-loss": float(np.nanmean(losses)) if losses else float("nan")}
+
+    def configure_phase(self, phase, rnd, targets):
+        if phase == "finetune" and self.c_s is not None:
+            return {"sim": self.c_s}, {}
+        return {}, {}
+
+    def state_dict(self):
+        return {"c_s": self.c_s} if self.c_s is not None else {}
+
+    def load_state_dict(self, state):
+        self.c_s = state.get("c_s")

@@ -70,3 +70,42 @@ def test_laplace_noise_scale(data_dir):
     assert np.abs(noise).mean() == pytest.approx(0.01, rel=0.01)
     assert noise.var() == pytest.approx(2e-4, rel=0.02)
     assert not np.allclose(noise, noise.T)
+
+
+@pytest.mark.parametrize("kind", ["fro", "mse"])
+def test_finetune_closed_form_gradient_equals_autograd(kind):
+    import torch
+
+    from corolla.models.similarity import finetune, finetune_grad, finetune_loss
+
+    g = torch.Generator().manual_seed(0)
+    e = torch.randn(30, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(30, 30, generator=g, dtype=torch.float64)  # asymmetric, like noised C_s
+    loss = finetune_loss(e, c, kind)
+    loss.backward()
+    grad, val = finetune_grad(e.detach(), c + c.T, float((c ** 2).sum()), kind)
+    assert val == pytest.approx(loss.item(), rel=1e-9)
+    torch.testing.assert_close(grad, e.grad, rtol=1e-8, atol=1e-10)
+    # finetune() = torch.optim.SGD(lr, weight_decay) on the same loss
+    e2 = e.detach().clone().requires_grad_(True)
+    opt = torch.optim.SGD([e2], lr=0.05, weight_decay=0.01)
+    for _ in range(5):
+        opt.zero_grad()
+        finetune_loss(e2, c, kind).backward()
+        opt.step()
+    got, _ = finetune(e.detach(), c, 5, 0.05, 0.01, kind)
+    torch.testing.assert_close(got, e2.detach(), rtol=1e-7, atol=1e-9)
+
+
+def test_svd_upload_reconstructs_low_rank_similarity():
+    from corolla.models.similarity import similarity, svd_factors, svd_reconstruct
+
+    e = np.random.default_rng(2).normal(size=(50, 6)).astype(np.float32)
+    c = similarity(e)
+    vh, s = svd_factors(c, 6)
+    assert vh.shape == (6, 50) and s.shape == (6,)
+    np.testing.assert_allclose(svd_reconstruct(vh, s), c, atol=1e-4)
+    # a lower rank gives the best rank-L approximation (Eckart–Young)
+    vh3, s3 = svd_factors(c, 3)
+    err = np.linalg.norm(svd_reconstruct(vh3, s3) - c)
+    assert err == pytest.approx(np.sqrt((np.linalg.svd(c, compute_uv=False)[3:] ** 2).sum()), rel=1e-3)
