@@ -29,10 +29,21 @@ class ParamClient(LogicalClient):
 
     federated = True
 
+    def __init__(self, cfg, fed, cid, users, device):
+        super().__init__(client_config(cfg, cid, fed.num_clients), fed, cid, users, device)
+
     def build(self, state: dict[str, np.ndarray]):
         model = build_model(self.cfg, len(self.users), self.fed.n_items)
         model.set_arrays({k: v for k, v in state.items() if not k.startswith(("opt/", "samples/"))})
-        return model.to(self.device)
+        model = model.to(self.device)
+        if hasattr(model, "set_graph"):  # LightGCN: the client's own training graph
+            us, its = [], []
+            for row, u in enumerate(self.users.tolist()):
+                t = self.fed.rows("train", u)
+                us.append(np.full(len(t), row, np.int64))
+                its.append(t)
+            model.set_graph(np.concatenate(us), np.concatenate(its))
+        return model
 
     def init_state(self) -> dict[str, np.ndarray]:
         model = build_model(self.cfg, len(self.users), self.fed.n_items)
@@ -85,6 +96,24 @@ class ParamClient(LogicalClient):
         it = torch.as_tensor(items, device=self.device)
         n, c = it.shape
         return model.score(u.repeat_interleave(c), it.reshape(-1)).view(n, c).cpu().numpy()
+
+
+def client_config(cfg: dict, cid: int, num_clients: int) -> dict:
+    """The run config as seen by logical client ``cid``: with ``client-models`` set, the model and
+    dimension of its group (contiguous blocks of ids, the last taking the remainder; FedCIA Fig. 5).
+    LightGCN trains with BPR and the MLP with BCE (FedCIA spec A3)."""
+    if not cfg.get("client-models"):
+        return cfg
+    parts = cfg["client-models"].split("|")
+    size = max(1, num_clients // len(parts))
+    name, _, dim = parts[min(cid // size, len(parts) - 1) if 0 <= cid < num_clients else 0].partition(":")
+    out = {**cfg, "model": name, "dim": int(dim)}
+    if name == "lightgcn":
+        out["loss"] = "bpr"
+    elif name == "ncf":
+        out["loss"] = "bce"
+        out["mlp-layers"] = f"{2 * int(dim)},32"
+    return out
 
 
 class FedAvgClient(ParamClient):

@@ -40,7 +40,8 @@ class Key:
 SCHEMA: dict[str, Key] = {
     # --- what runs
     "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia")),
-    "model": Key("mf", "model of every logical client", ("mf", "ncf", "gfcf")),
+    "model": Key("mf", "model of every logical client", ("mf", "ncf", "lightgcn", "gfcf")),
+    "client-models": Key("", "heterogeneous clients: '|'-separated 'model:dim' (e.g. 'mf:512|mf:256|mf:128'); logical clients are split into that many contiguous groups (FedCIA Fig. 5); empty = all use model/dim"),
     "num-rounds": Key(20, "number of federated rounds"),
     "seed": Key(42, "seed of every random choice (data, init, sampling)"),
     "fraction-train": Key(1.0, "fraction of logical clients sampled for training each round"),
@@ -69,6 +70,7 @@ SCHEMA: dict[str, Key] = {
     "dim": Key(64, "embedding dimension"),
     "init-std": Key(0.1, "std of the normal initialisation of embeddings"),
     "mlp-layers": Key("64,32,16,8", "NCF tower: input width (2*dim) then hidden widths, comma-separated"),
+    "gcn-layers": Key(5, "LightGCN propagation layers"),
     "loss": Key("bpr", "local loss", ("bpr", "bce", "fedcia-mse")),
     "optimizer": Key("adam", "local optimiser", ("adam", "sgd")),
     "optimizer-state": Key("persist", "keep optimiser state across rounds ('persist') or start fresh each round", ("persist", "fresh")),
@@ -272,7 +274,18 @@ def validate(cfg: dict[str, Any]) -> None:
         raise ConfigError("config key 'model': 'gfcf' is parameter-free; it runs with method=fedcia or method=local")
     if cfg["model"] == "gfcf" and cfg["protocol"] != "full-rank":
         raise ConfigError("config key 'protocol': GF-CF scores every item; it needs protocol=full-rank")
-    if cfg["model"] == "ncf":
+    if cfg["model"] == "lightgcn" and cfg["loss"] != "bpr":
+        raise ConfigError("config key 'loss': LightGCN is trained with 'bpr'")
+    if cfg["client-models"]:
+        if cfg["method"] not in ("fedcia", "local"):
+            raise ConfigError("config key 'client-models': heterogeneous models need a method that does not "
+                              "average parameters (fedcia or local)")
+        for part in cfg["client-models"].split("|"):
+            name, _, dim = part.partition(":")
+            if name not in ("mf", "ncf", "lightgcn") or not dim.isdigit():
+                raise ConfigError(f"config key 'client-models': expected 'model:dim' entries with model in "
+                                  f"mf/ncf/lightgcn, got {part!r}")
+    if cfg["model"] == "ncf" and not cfg["client-models"]:
         layers = int_list(cfg, "mlp-layers")
         if layers[0] != 2 * cfg["dim"]:
             raise ConfigError(f"config key 'mlp-layers': the first width must be 2*dim={2 * cfg['dim']}, got {layers[0]}")

@@ -16,6 +16,7 @@ Files in the output directory ``OUT``:
 from __future__ import annotations
 
 import json
+import resource
 import time
 from logging import INFO
 from pathlib import Path
@@ -150,6 +151,8 @@ class RunRecorder:
             "bytes_up": phases_up,
             "bytes_down": phases_down,
             "wall_s": round(self.wall_before + time.time() - self.t_start, 3),
+            # peak resident memory of the ServerApp process (Linux: ru_maxrss in KiB)
+            "server_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "config": self.cfg,
         }
         last = self._evaluated()[-1] if self._evaluated() else None

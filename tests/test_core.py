@@ -105,3 +105,33 @@ def test_sampling_is_seeded_by_round_and_fcf_is_unweighted():
     u = FCF(cfg)
     u.aggregate_phase("train", 1, res)
     assert f.global_params["x"][0] == 3.0 and u.global_params["x"][0] == 2.0
+
+
+def test_lightgcn_propagation_against_dense():
+    from corolla.models.lightgcn import LightGCN
+
+    users, items = np.array([0, 0, 1, 2]), np.array([0, 2, 2, 1])
+    m = LightGCN(3, 4, 2, 2, "bpr", 0.0)
+    m.set_graph(users, items)
+    a = np.zeros((7, 7))
+    for u, i in zip(users, items):
+        a[u, 3 + i] = a[3 + i, u] = 1
+    d = a.sum(1)
+    dinv = np.where(d > 0, d ** -0.5, 0)
+    norm = dinv[:, None] * a * dinv[None, :]
+    x0 = torch.cat([m.user.weight, m.item.weight]).detach().numpy()
+    want = (x0 + norm @ x0 + norm @ norm @ x0) / 3
+    u, i = m.propagate()
+    np.testing.assert_allclose(torch.cat([u, i]).detach().numpy(), want, atol=1e-6)
+    assert m.full_sort_scores(torch.tensor([0, 2])).shape == (2, 4)
+
+
+def test_heterogeneous_client_groups():
+    from client_app.mf import client_config
+
+    cfg = resolve(None, {"method": "fedcia", "client-models": "mf:512|lightgcn:512|ncf:32"})
+    got = [(client_config(cfg, c, 100)["model"], client_config(cfg, c, 100)["dim"]) for c in (0, 32, 33, 65, 66, 99)]
+    assert got == [("mf", 512)] * 2 + [("lightgcn", 512)] * 2 + [("ncf", 32)] * 2
+    assert client_config(cfg, 99, 100)["mlp-layers"] == "64,32"
+    with pytest.raises(Exception, match="client-models"):
+        resolve(None, {"method": "fedavg", "client-models": "mf:8|mf:16"})

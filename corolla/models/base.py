@@ -89,6 +89,10 @@ def build_model(cfg: dict[str, Any], n_users: int, n_items: int) -> RecModel:
 
     if cfg["model"] == "mf":
         return MF(n_users, n_items, cfg["dim"], cfg["loss"], cfg["weight-decay"])
+    if cfg["model"] == "lightgcn":
+        from corolla.models.lightgcn import LightGCN
+
+        return LightGCN(n_users, n_items, cfg["dim"], cfg["gcn-layers"], cfg["loss"], cfg["weight-decay"])
     return NCF(n_users, n_items, cfg["dim"], int_list(cfg, "mlp-layers"), cfg["loss"], cfg["weight-decay"])
 
 
