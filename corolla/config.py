@@ -45,6 +45,7 @@ SCHEMA: dict[str, Key] = {
     "num-rounds": Key(20, "number of federated rounds"),
     "seed": Key(42, "seed of every random choice (data, init, sampling)"),
     "fraction-train": Key(1.0, "fraction of logical clients sampled for training each round"),
+    "clients-per-message": Key(0, "at most this many logical clients in one message to a node (0 = all it hosts); bounds message size and server memory"),
     "phase-timeout": Key(300.0, "seconds to wait for the replies of one phase; missing replies are dropped"),
     # --- data
     "dataset": Key("ml-100k", "dataset name", ("ml-100k", "ml-1m", "lastfm-2k", "filmtrust", "gowalla", "amazon-video")),

@@ -141,27 +141,34 @@ class CorollaStrategy(Strategy):
                              "restore-round": self.restore_round, **self.run_info})
 
     def build_contents(self, phase: str, rnd: int, targets: list[int], shared, personal
-                       ) -> tuple[dict[int, RecordDict], int]:
-        """Per-node message contents for ``targets``; returns (contents, bytes down)."""
-        contents: dict[int, RecordDict] = {}
+                       ) -> tuple[list[tuple[int, RecordDict]], int]:
+        """Messages ``(node, content)`` for ``targets``; returns (messages, bytes down).
+
+        A node gets one message with all its targeted logical clients, or several of at most
+        ``clients-per-message`` clients each (which bounds message size and server memory).
+        """
+        msgs: list[tuple[int, RecordDict]] = []
         down = 0
         tset = set(targets)
         shared_rec = to_record(shared) if shared else None
+        cpm = int(self.cfg.get("clients-per-message", 0) or 0)
         for node, cids in sorted(self.nodes.items()):
             mine = [c for c in cids if c in tset]
             if node in self.dead_nodes or not mine:
                 continue
-            rd = RecordDict({"config": self._config(phase, rnd, mine)})
-            if shared_rec is not None:
-                rd["global"] = shared_rec
-                down += record_bytes(shared_rec)
-            for c in mine:
-                if c in personal:
-                    rec = to_record(personal[c])
-                    rd[client_key(c)] = rec
-                    down += record_bytes(rec)
-            contents[node] = rd
-        return contents, down
+            chunks = [mine[i:i + cpm] for i in range(0, len(mine), cpm)] if cpm > 0 else [mine]
+            for chunk in chunks:
+                rd = RecordDict({"config": self._config(phase, rnd, chunk)})
+                if shared_rec is not None:
+                    rd["global"] = shared_rec
+                    down += record_bytes(shared_rec)
+                for c in chunk:
+                    if c in personal:
+                        rec = to_record(personal[c])
+                        rd[client_key(c)] = rec
+                        down += record_bytes(rec)
+                msgs.append((node, rd))
+        return msgs, down
 
     def accept(self, phase: str, rnd: int, cid: int, result: ClientResult) -> ClientResult:
         """*hook*: called for each validated result as its node's reply arrives.
@@ -171,12 +178,13 @@ class CorollaStrategy(Strategy):
         """
         return result
 
-    def parse_replies(self, phase: str, sent: dict[int, RecordDict], replies, stats: PhaseStats,
+    def parse_replies(self, phase: str, sent: list[tuple[int, RecordDict]], replies, stats: PhaseStats,
                       rnd: int = 0) -> dict[int, ClientResult]:
-        """Validate replies (an iterable of ``(node, reply)``); returns the valid results by client."""
+        """Validate replies (an iterable of ``(message index, reply)``); returns the valid results."""
         out: dict[int, ClientResult] = {}
-        for node, rep in replies:
-            cids = json.loads(sent[node]["config"]["clients"])
+        for idx, rep in replies:
+            node, content = sent[idx]
+            cids = json.loads(content["config"]["clients"])
             if isinstance(rep, str):
                 if rep.startswith(TIMEOUT_PREFIX):
                     # slow or gone: this phase loses its contribution; it is asked again next round
@@ -237,10 +245,10 @@ class CorollaStrategy(Strategy):
         """Ask ``node_ids`` which logical clients they host."""
         if not node_ids:
             return
-        contents = {n: RecordDict({"config": self._config("handshake", 0, [])}) for n in node_ids}
-        replies = dict(transport.exchange(contents, self.message_type("handshake"), self.cfg["phase-timeout"]))
-        for node in node_ids:
-            rep = replies.get(node, "no reply")
+        msgs = [(n, RecordDict({"config": self._config("handshake", 0, [])})) for n in node_ids]
+        replies = dict(transport.exchange(msgs, self.message_type("handshake"), self.cfg["phase-timeout"]))
+        for idx, node in enumerate(node_ids):
+            rep = replies.get(idx, "no reply")
             if isinstance(rep, str):
                 log(WARNING, "node %s failed the handshake (%s); ignored", node, rep.strip().splitlines()[-1][:300])
                 self.dead_nodes.add(node)
@@ -304,19 +312,21 @@ class CorollaStrategy(Strategy):
         """Flower API: the ``train`` phase messages (the logical clients sampled this round)."""
         targets = self.sample(server_round, self.available())
         shared, personal = self.configure_phase("train", server_round, targets)
-        contents, _ = self.build_contents("train", server_round, targets, shared, personal)
-        return [Message(content=c, dst_node_id=n, message_type="train") for n, c in contents.items()]
+        msgs, _ = self.build_contents("train", server_round, targets, shared, personal)
+        return [Message(content=c, dst_node_id=n, message_type="train") for n, c in msgs]
 
     def aggregate_train(self, server_round: int, replies):
         """Flower API: validate and aggregate ``train`` replies; returns the shared arrays."""
-        sent = {}
-        reps: dict[int, RecordDict | str] = {}
-        for r in replies:
+        sent: list[tuple[int, RecordDict]] = []
+        reps: list[tuple[int, RecordDict | str]] = []
+        for i, r in enumerate(replies):
             node = r.metadata.src_node_id
-            sent[node] = RecordDict({"config": self._config("train", server_round, self.nodes.get(node, []))})
-            reps[node] = f"error {r.error.code}: {r.error.reason}" if r.has_error() else r.content
+            cids = [c for c in self.nodes.get(node, []) if r.has_error() or metric_key(c) in r.content
+                    or error_key(c) in r.content]
+            sent.append((node, RecordDict({"config": self._config("train", server_round, cids)})))
+            reps.append((i, f"error {r.error.code}: {r.error.reason}" if r.has_error() else r.content))
         stats = PhaseStats("train")
-        results = self.parse_replies("train", sent, reps.items(), stats, server_round)
+        results = self.parse_replies("train", sent, reps, stats, server_round)
         mets = self.aggregate_phase("train", server_round, results)
         shared, _ = self.evaluate_download(server_round, self.available())
         return (to_record(shared) if shared else None), MetricRecord({k: float(v) for k, v in mets.items()})
@@ -325,8 +335,8 @@ class CorollaStrategy(Strategy):
         """Flower API: the ``evaluate`` phase messages (every available logical client)."""
         targets = self.available()
         shared, personal = self.evaluate_download(server_round, targets)
-        contents, _ = self.build_contents("evaluate", server_round, targets, shared, personal)
-        return [Message(content=c, dst_node_id=n, message_type="evaluate") for n, c in contents.items()]
+        msgs, _ = self.build_contents("evaluate", server_round, targets, shared, personal)
+        return [Message(content=c, dst_node_id=n, message_type="evaluate") for n, c in msgs]
 
     def aggregate_evaluate(self, server_round: int, replies):
         """Flower API: pooled test metrics of the ``evaluate`` replies."""

@@ -4,7 +4,8 @@
 ``Grid``. Instead of ``Grid.send_and_receive`` (which sleeps 3 s between polls) it pushes all
 messages and polls for replies every ``poll_s`` seconds until all replied or ``timeout`` passed.
 
-``exchange`` yields ``(node, reply)`` as replies arrive (a failed node yields an error string), so
+``exchange`` takes messages ``(node, content)`` (a node may get several) and yields
+``(message index, reply)`` as replies arrive (a failed message yields an error string), so
 that a strategy can fold each reply into a running aggregate and drop it: server memory then does
 not grow with the number of nodes or logical clients.
 """
@@ -24,7 +25,7 @@ TIMEOUT_PREFIX = "no reply within"
 class Transport(Protocol):
     def node_ids(self) -> list[int]: ...
 
-    def exchange(self, contents: dict[int, RecordDict], message_type: str,
+    def exchange(self, messages: list[tuple[int, RecordDict]], message_type: str,
                  timeout: float) -> Iterator[tuple[int, RecordDict | str]]: ...
 
 
@@ -36,11 +37,11 @@ class GridTransport:
     def node_ids(self) -> list[int]:
         return sorted(int(n) for n in self.grid.get_node_ids())
 
-    def exchange(self, contents: dict[int, RecordDict], message_type: str,
+    def exchange(self, messages: list[tuple[int, RecordDict]], message_type: str,
                  timeout: float) -> Iterator[tuple[int, RecordDict | str]]:
-        msgs = [Message(content=c, dst_node_id=n, message_type=message_type) for n, c in contents.items()]
+        msgs = [Message(content=c, dst_node_id=n, message_type=message_type) for n, c in messages]
         ids = list(self.grid.push_messages(msgs))
-        node_of = {mid: n for mid, n in zip(ids, contents)}
+        node_of = {mid: i for i, mid in enumerate(ids)}  # message id -> index in ``messages``
         pending = set(ids)
         end = time.monotonic() + timeout
         while pending and time.monotonic() < end:

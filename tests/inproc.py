@@ -25,23 +25,23 @@ class InProcessTransport:
     def node_ids(self) -> list[int]:
         return sorted(n for n in self.nodes if n not in self.dead)
 
-    def exchange(self, contents, message_type, timeout):
+    def exchange(self, messages, message_type, timeout):
         dead = set(self.dead)  # decided when the messages are pushed
-        return self._replies(contents, message_type, dead)
+        return self._replies(list(messages), message_type, dead)
 
-    def _replies(self, contents, message_type, dead):
-        for node, content in contents.items():
+    def _replies(self, messages, message_type, dead):
+        for idx, (node, content) in enumerate(messages):
             if node in dead:
-                yield node, "error: Node Unavailable"
+                yield idx, "error: Node Unavailable"
                 continue
             try:
                 rep = handle(content, self.nodes[node])
             except Exception as e:  # noqa: BLE001
-                yield node, f"error 2: {e}"
+                yield idx, f"error 2: {e}"
                 continue
             if self.tamper is not None:
                 rep = self.tamper(node, message_type, rep)
-            yield node, rep
+            yield idx, rep
 
 
 def partitions(n: int, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -30,6 +30,11 @@ def test_twenty_nodes_equal_two_nodes(tmp_path, data_dir):
     b, _ = run(tmp_path, "n2", data_dir, nodes=2)
     assert a["metrics"] == b["metrics"] and a["valid_metrics"] == b["valid_metrics"]
     assert a["metrics"]["ndcg@10"] > 0
+    # at most 3 logical clients per message: 4 messages to each of the 2 nodes, same numbers
+    c, _ = run(tmp_path, "cpm3", data_dir, nodes=2, extra="clients-per-message=3")
+    assert c["metrics"] == b["metrics"]
+    r = json.loads(open(tmp_path / "cpm3" / "rounds.jsonl").readline())
+    assert r["phases"][0]["bytes_down"] == 8 * (1682 * 8 * 4 + 128) and r["phases"][0]["replies"] == 8
 
 
 def test_bytes_equal_payload_sizes(tmp_path, data_dir):
