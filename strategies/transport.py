@@ -30,9 +30,10 @@ class Transport(Protocol):
 
 
 class GridTransport:
-    def __init__(self, grid: Grid, poll_s: float = 0.2):
+    def __init__(self, grid: Grid, poll_s: float = 0.2, pull_batch: int = 4):
         self.grid = grid
         self.poll_s = poll_s
+        self.pull_batch = pull_batch  # replies pulled per call: bounds the replies held at once
 
     def node_ids(self) -> list[int]:
         return sorted(int(n) for n in self.grid.get_node_ids())
@@ -45,14 +46,18 @@ class GridTransport:
         pending = set(ids)
         end = time.monotonic() + timeout
         while pending and time.monotonic() < end:
-            for rep in self.grid.pull_messages(list(pending)):
-                mid = rep.metadata.reply_to_message_id
-                if mid not in pending:
-                    continue
-                pending.discard(mid)
-                n = node_of[mid]
-                yield n, (f"error {rep.error.code}: {rep.error.reason}" if rep.has_error() else rep.content)
-            if pending:
+            got = False
+            order = sorted(pending, key=node_of.__getitem__)
+            for a in range(0, len(order), self.pull_batch):
+                for rep in self.grid.pull_messages(order[a:a + self.pull_batch]):
+                    mid = rep.metadata.reply_to_message_id
+                    if mid not in pending:
+                        continue
+                    pending.discard(mid)
+                    got = True
+                    n = node_of[mid]
+                    yield n, (f"error {rep.error.code}: {rep.error.reason}" if rep.has_error() else rep.content)
+            if pending and not got:
                 time.sleep(self.poll_s)
         for mid in sorted(pending):
             yield node_of[mid], f"{TIMEOUT_PREFIX} {timeout:.0f} s"
