@@ -131,11 +131,11 @@ def parse_id_list(text: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        if "-" in part[1:]:
-            a, b = part.split("-", 1) if not part.startswith("-") else (part, part)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
+        a, sep, b = part.partition("-")
+        try:
+            out.extend(range(int(a), int(b) + 1) if sep else [int(a)])
+        except ValueError:
+            raise ValueError(f"node config: expected ids like '0-9,15', got {text!r}") from None
     return out
 
 

@@ -160,8 +160,9 @@ def run_command(args: argparse.Namespace) -> int:
             return 2
     out.mkdir(parents=True, exist_ok=True)
     data_dir = str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else os.environ.get("COROLLA_DATA", "")
-    run_cfg = {"preset": preset or "", "set": " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else json.dumps(v)}"
-                                                       for k, v in cfg.items()) if not args.resume else "",
+    # the fully resolved config travels as overrides, so the ServerApp resolves exactly this config
+    run_cfg = {"preset": preset or "",
+               "set": " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items()) if not args.resume else "",
                "out-dir": str(out), "data-dir": data_dir, "resume-dir": str(out) if args.resume else "",
                "min-nodes": args.nodes if args.mode == "local" else 0}
     summary_path = out / "summary.json"

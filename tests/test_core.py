@@ -135,3 +135,12 @@ def test_heterogeneous_client_groups():
     assert client_config(cfg, 99, 100)["mlp-layers"] == "64,32"
     with pytest.raises(Exception, match="client-models"):
         resolve(None, {"method": "fedavg", "client-models": "mf:8|mf:16"})
+
+
+def test_id_lists_and_hosting():
+    from client_app.base import parse_id_list
+
+    assert parse_id_list("0-3, 7") == [0, 1, 2, 3, 7]
+    assert parse_id_list("") == []
+    with pytest.raises(ValueError, match="ids like"):
+        parse_id_list("a-b")
