@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from corolla.config import ConfigError, list_presets, load_preset, parse_overrides, resolve
+from corolla.config import ConfigError, list_presets, parse_overrides, resolve
 
 APP_DIR = Path(__file__).resolve().parents[1]
 
@@ -249,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--export-topk", type=int, metavar="K")
     r.add_argument("--node-config", action="append", metavar="I:KEY=VALUE",
                    help="extra node config for SuperNode I in local mode (repeatable)")
-    p = sub.add_parser("presets", help="list presets with their paper numbers")
+    sub.add_parser("presets", help="list presets with their paper numbers")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "run":

@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict

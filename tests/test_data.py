@@ -1,7 +1,5 @@
 """Datasets, filters, splits, partitions: hand examples, the real files, determinism."""
 
-import hashlib
-import json
 import subprocess
 import sys
 from pathlib import Path

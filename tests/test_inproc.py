@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord
 
 from server_app.app import run_federation
 from tests.inproc import InProcessTransport, partitions
@@ -61,11 +60,6 @@ def test_bad_payload_excluded_and_logged(tmp_path, data_dir, fault):
 
 def test_dead_node_costs_only_its_contribution(tmp_path, data_dir):
     calls = {"n": 0}
-
-    def kill_second_node(node, mtype, rep):
-        return rep
-
-    s0, t0 = run(tmp_path, "dead0", data_dir, nodes=2)
     t = InProcessTransport(partitions(2, {"data-dir": data_dir}))
     orig = t.exchange
 
@@ -114,7 +108,7 @@ def test_edge_node_with_its_own_file_joins_the_run(tmp_path, data_dir):
     edge.write_text("# item,rating,timestamp\n" + "".join(f"{r[1]},{r[2]},{r[3].strip()}\n" for r in rows))
     nodes = partitions(2, {"data-dir": data_dir}) + [{"data-file": str(edge), "client-id": 5000, "data-dir": data_dir}]
     t = InProcessTransport(nodes)
-    s = run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=1 export-topk=5",
+    run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=1 export-topk=5",
                            "out-dir": str(tmp_path / "edge"), "data-dir": data_dir})
     r = json.loads(open(tmp_path / "edge" / "rounds.jsonl").readline())
     assert r["clients"] == 21 and r["users"]["test"] == 944 and not r["phases"][0]["excluded"]
