@@ -120,6 +120,13 @@ class Cluster:
                 except ProcessLookupError:
                     pass
                 p.wait()
+        # children that outlive SIGTERM in a process group (the ServerApp process the SuperLink
+        # starts in its group handles SIGTERM and may linger): remove them for good
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.procs.clear()
 
 
