@@ -167,8 +167,9 @@ class RunRecorder:
                               "round": csel["round"] if csel else None},
                 "metrics": (csel["compat"] or csel["metrics"]) if csel else {},
             }
-        atomic_write_json(self.out / "summary.json", out)
         self.plot()
+        # summary.json is written last: its existence marks a finished run (the CLI stops then)
+        atomic_write_json(self.out / "summary.json", out)
         return out
 
     def plot(self) -> None:
