@@ -22,3 +22,30 @@ def weighted_mean(tables: list[dict[str, np.ndarray]], weights: list[float]) -> 
             acc += wk * t[k]
         out[k] = (acc / w.sum()).astype(tables[0][k].dtype)
     return out
+
+
+class RunningMean:
+    """Streaming unweighted mean of same-shape arrays: O(size) memory however many are added.
+
+    Used by FedCIA (spec A4/A5: ``C_s`` and ``F_agg`` are plain means over the clients), where each
+    M×M upload is folded in as its reply arrives and then dropped.
+    """
+
+    def __init__(self) -> None:
+        self.sum: np.ndarray | None = None
+        self.n = 0
+
+    def add(self, x: np.ndarray) -> None:
+        if self.sum is None:
+            self.sum = np.zeros(x.shape, np.float64)
+        elif x.shape != self.sum.shape:
+            raise ValueError(f"RunningMean: expected shape {self.sum.shape}, got {x.shape}")
+        self.sum += x
+        self.n += 1
+
+    def pop(self, dtype=np.float32) -> tuple[np.ndarray | None, int]:
+        """(mean or None when nothing was added, count), and reset."""
+        out = None if self.n == 0 else (self.sum / self.n).astype(dtype)
+        n = self.n
+        self.sum, self.n = None, 0
+        return out, n

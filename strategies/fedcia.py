@@ -17,6 +17,7 @@ from flwr.common.logger import log
 
 from corolla.models.similarity import svd_reconstruct
 from corolla.protocol import ArraySpec
+from strategies.aggregation import RunningMean
 from strategies.base import ClientResult, CorollaStrategy
 
 
@@ -24,8 +25,7 @@ class FedCIAGFCF(CorollaStrategy):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
         self.f_agg: np.ndarray | None = None
-        self._sum: np.ndarray | None = None
-        self._n = 0
+        self._mean = RunningMean()
 
     def phases(self, rnd: int) -> list[str]:
         return ["upload"] if self.f_agg is None else []
@@ -36,18 +36,14 @@ class FedCIAGFCF(CorollaStrategy):
     def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
         if phase != "upload":
             return result
-        f = result.payload["filter"]
-        if self._sum is None:
-            self._sum = np.zeros(f.shape, np.float64)
-        self._sum += f
-        self._n += 1
+        self._mean.add(result.payload["filter"])
         return ClientResult({}, result.metrics)
 
     def aggregate_phase(self, phase, rnd, results):
-        if not self._n:
+        f_agg, n = self._mean.pop()
+        if f_agg is None:
             raise RuntimeError("FedCIA: no valid filter was uploaded")
-        self.f_agg = (self._sum / self._n).astype(np.float32)
-        self._sum, n, self._n = None, self._n, 0
+        self.f_agg = f_agg
         return {"clients": n}
 
     def evaluate_download(self, rnd, targets):
@@ -72,8 +68,7 @@ class FedCIAParam(CorollaStrategy):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
         self.c_s: np.ndarray | None = None
-        self._sum: np.ndarray | None = None
-        self._n = 0
+        self._mean = RunningMean()
 
     def phases(self, rnd: int) -> list[str]:
         return ["train", "finetune"]
@@ -91,22 +86,18 @@ class FedCIAParam(CorollaStrategy):
         if phase != "train":
             return result
         p = result.payload
-        c = svd_reconstruct(p["vh"], p["s"]) if "vh" in p else p["sim"]
-        if self._sum is None:
-            self._sum = np.zeros(c.shape, np.float64)
-        self._sum += c
-        self._n += 1
+        self._mean.add(svd_reconstruct(p["vh"], p["s"]) if "vh" in p else p["sim"])
         return ClientResult({}, result.metrics)
 
     def aggregate_phase(self, phase, rnd, results):
         if phase == "finetune":
             losses = [r.metrics.get("finetune-loss", np.nan) for r in results.values()]
             return {"finetune-loss": float(np.nanmean(losses)) if losses else float("nan")}
-        if self._n:
-            self.c_s = (self._sum / self._n).astype(np.float32)
+        c_s, n = self._mean.pop()
+        if c_s is not None:
+            self.c_s = c_s
         else:
             log(INFO, "round %d: no valid similarity; C_s unchanged", rnd)
-        n, self._sum, self._n = self._n, None, 0
         losses = [r.metrics.get("train-loss", np.nan) for r in results.values()]
         return {"clients": n, "train-loss": float(np.nanmean(losses)) if losses else float("nan")}
 
