@@ -204,11 +204,39 @@ class NodeHost:
 
     def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
                   personal: dict[int, dict[str, np.ndarray]]):
-        """Run ``phase`` for every targeted hosted client; returns ``{cid: PhaseResult | str(error)}``."""
+        """Run ``phase`` for every targeted hosted client; returns ``{cid: PhaseResult | str(error)}``.
+
+        If the method's client class defines ``batch_<phase>(clients, rnd, states, shared,
+        personals)`` the hosted clients run that phase together (batched tensors over the node's
+        users); should the batch fail, each client is run alone so that the failure is attributed
+        to the client that caused it.
+        """
+        targets = [c for c in targets if c in self.hosted]
         out: dict[int, PhaseResult | str] = {}
+        from client_app import registry
+
+        cls = registry.client_class(self.cfg["method"], self.cfg["model"])
+        batch_fn = getattr(cls, f"batch_{phase}", None)
+        if batch_fn is not None and len(targets) > 1:
+            t0 = time.perf_counter()
+            try:
+                clients = [self.client(c) for c in targets]
+                loaded = [self.store.load(c, rnd) for c in targets]
+                states = [ld[1] if ld is not None else lc.init_state() for ld, lc in zip(loaded, clients)]
+                results = batch_fn(clients, rnd, states, shared, [personal.get(c, {}) for c in targets])
+                dt = (time.perf_counter() - t0) / len(targets)
+                for cid, st, ld, res in zip(targets, states, loaded, results):
+                    self._inject_fault(cid, res)
+                    if res.state is not None:
+                        self.store.save(cid, rnd, res.state)
+                    elif ld is None:
+                        self.store.save(cid, rnd, st)
+                    res.metrics["compute-s"] = dt
+                    out[cid] = res
+                return out
+            except Exception:
+                out = {}
         for cid in targets:
-            if cid not in self.hosted:
-                continue
             t0 = time.perf_counter()
             try:
                 lc = self.client(cid)

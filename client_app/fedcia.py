@@ -56,7 +56,7 @@ class LocalGFCFClient(GFCFClient):
 # Parameter models (paper §5.2, spec A4)
 
 from client_app.mf import ParamClient  # noqa: E402
-from corolla.models.similarity import finetune, similarity, svd_factors  # noqa: E402
+from corolla.models.similarity import finetune, finetune_many, similarity, svd_factors  # noqa: E402
 
 
 class FedCIAParamClient(ParamClient):
@@ -95,3 +95,21 @@ class FedCIAParamClient(ParamClient):
         new_state = dict(state)
         new_state["item.weight"] = e.cpu().numpy().astype(np.float32)
         return PhaseResult(metrics={"finetune-loss": loss}, state=new_state)
+
+    @staticmethod
+    def batch_finetune(clients, rnd, states, shared, personals) -> list[PhaseResult]:
+        """All hosted clients fine-tune together (:func:`finetune_many`): one M × (B·d) product
+        per step; equal to running :meth:`phase_finetune` per client."""
+        import torch
+
+        cfg = clients[0].cfg
+        c_s = torch.as_tensor(shared["sim"], device=clients[0].device)
+        es = [torch.as_tensor(st["item.weight"], device=clients[0].device) for st in states]
+        es, losses = finetune_many(es, c_s, cfg["finetune-steps"], cfg["finetune-lr"], cfg["weight-decay"],
+                                   cfg["finetune-loss"])
+        out = []
+        for st, e, loss in zip(states, es, losses):
+            new_state = dict(st)
+            new_state["item.weight"] = e.cpu().numpy().astype(np.float32)
+            out.append(PhaseResult(metrics={"finetune-loss": loss}, state=new_state))
+        return out

@@ -97,6 +97,22 @@ def test_finetune_closed_form_gradient_equals_autograd(kind):
     torch.testing.assert_close(got, e2.detach(), rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("kind", ["fro", "mse"])
+def test_batched_finetune_equals_one_table_at_a_time(kind):
+    import torch
+
+    from corolla.models.similarity import finetune, finetune_many
+
+    g = torch.Generator().manual_seed(1)
+    c = torch.randn(25, 25, generator=g, dtype=torch.float64)
+    es = [torch.randn(25, d, generator=g, dtype=torch.float64) for d in (4, 4, 3, 4, 3)]
+    got, losses = finetune_many(es, c, 7, 0.05, 0.01, kind)
+    for e, ge, gl in zip(es, got, losses):
+        want, wl = finetune(e, c, 7, 0.05, 0.01, kind)
+        torch.testing.assert_close(ge, want, rtol=1e-10, atol=1e-12)
+        assert gl == pytest.approx(wl, rel=1e-10)
+
+
 def test_svd_upload_reconstructs_low_rank_similarity():
     from corolla.models.similarity import similarity, svd_factors, svd_reconstruct
 

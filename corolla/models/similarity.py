@@ -61,6 +61,45 @@ def finetune_grad(e: torch.Tensor, c_sym: torch.Tensor, c_sq: float, kind: str) 
     raise ValueError(f"finetune-loss: expected 'fro' or 'mse', got {kind!r}")
 
 
+def finetune_many(es: list[torch.Tensor], c_s: torch.Tensor, steps: int, lr: float, weight_decay: float,
+                  kind: str) -> tuple[list[torch.Tensor], list[float]]:
+    """:func:`finetune` of several item tables towards the same C_s at once.
+
+    Tables of equal shape are stacked column-wise into one M × (B·d) matrix, so that the O(M²d)
+    product ``c_sym @ E`` is one large matrix product per step instead of B small ones; each table
+    keeps its own loss and norm, so the result equals B separate calls (a test checks it).
+    """
+    c_sym = c_s + c_s.T
+    c_sq = float((c_s.double() ** 2).sum())
+    out: list[torch.Tensor | None] = [None] * len(es)
+    losses = [float("nan")] * len(es)
+    groups: dict[tuple, list[int]] = {}
+    for i, e in enumerate(es):
+        groups.setdefault(tuple(e.shape), []).append(i)
+    for (m, d), idx in groups.items():
+        b = len(idx)
+        e = torch.stack([es[i] for i in idx]).clone()               # B × M × d
+        for _ in range(steps):
+            g = e.transpose(1, 2) @ e                                # B × d × d
+            ce = (c_sym @ e.transpose(0, 1).reshape(m, b * d)).reshape(m, b, d).transpose(0, 1)
+            sq = ((g.double() ** 2).sum((1, 2)) - (e.double() * ce.double()).sum((1, 2)) + c_sq).clamp_min(0.0)
+            sym = 2 * (e @ g) - ce
+            if kind == "fro":
+                norm = sq.sqrt()
+                grad = sym / norm.clamp_min(1e-30).to(sym.dtype)[:, None, None]
+                vals = norm
+            elif kind == "mse":
+                grad = sym * (2.0 / float(m) ** 2)
+                vals = sq / float(m) ** 2
+            else:
+                raise ValueError(f"finetune-loss: expected 'fro' or 'mse', got {kind!r}")
+            e -= lr * (grad + weight_decay * e)
+        for j, i in enumerate(idx):
+            out[i] = e[j]
+            losses[i] = float(vals[j])
+    return out, losses  # type: ignore[return-value]
+
+
 def finetune(e: torch.Tensor, c_s: torch.Tensor, steps: int, lr: float, weight_decay: float,
              kind: str) -> tuple[torch.Tensor, float]:
     """``steps`` plain SGD steps (torch.optim.SGD semantics: grad + wd·E) of E towards C_s."""

@@ -1,0 +1,115 @@
+"""FedCA's aggregation math and FedAtt against brute force, sklearn and cvxpy."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from corolla import composite as C
+
+
+def test_simplex_projection_matches_brute_force_kkt():
+    g = np.random.default_rng(0)
+    for n in (1, 2, 5, 30):
+        v = g.normal(size=(20, n)) * 3
+        w = C.project_simplex(v)
+        assert np.all(w >= 0) and np.allclose(w.sum(1), 1)
+        # KKT: w = max(v - θ, 0) with one θ per row; every positive entry shares the same v - w
+        for vi, wi in zip(v, w):
+            theta = (vi - wi)[wi > 0]
+            assert np.ptp(theta) < 1e-12
+            assert np.all(vi[wi == 0] <= theta[0] + 1e-12)
+    assert np.allclose(C.project_simplex(np.array([0.2, 0.3, 0.5])), [0.2, 0.3, 0.5])
+    assert np.allclose(C.project_simplex(np.array([2.0, 0.0])), [1.0, 0.0])
+
+
+@pytest.mark.parametrize("form", ["code", "paper"])
+def test_closed_form_weights_equal_cvxpy(form):
+    g = np.random.default_rng(1)
+    for trial in range(4):
+        n = 12
+        p = g.random(n)
+        p /= p.sum()
+        sigma = g.random((n, n))
+        comp = g.uniform(-1, 1, (n, n))
+        alpha, beta = g.random(2)
+        closed = C.composite_weights(p, sigma, comp, alpha, beta, form, "closed-form")
+        solved = C.composite_weights(p, sigma, comp, alpha, beta, form, "cvxpy")
+        np.testing.assert_allclose(closed, solved, atol=1e-6)
+
+
+def test_weights_with_alpha_beta_zero_are_the_sample_shares():
+    p = np.array([0.1, 0.2, 0.7])
+    s = np.ones((3, 3))
+    w = C.composite_weights(p, s, s, 0.0, 0.0, "code")
+    np.testing.assert_allclose(w, np.tile(p, (3, 1)))
+
+
+def test_pca1_and_principal_basis_match_sklearn_up_to_sign():
+    from sklearn.decomposition import PCA
+
+    g = np.random.default_rng(2)
+    q = g.normal(size=(200, 16)) * np.linspace(3, 0.5, 16)
+    z = C.pca1_projection(q)
+    ref = PCA(1, svd_solver="full").fit_transform(q)[:, 0]
+    assert np.allclose(np.abs(z), np.abs(ref)) and (np.allclose(z, ref) or np.allclose(z, -ref))
+    assert z[np.argmax(np.abs(z))] > 0
+    rows = g.normal(size=(50, 16)) * np.linspace(3, 0.5, 16)
+    x = C.principal_basis(rows, 4)
+    ref = PCA(4, svd_solver="full").fit(rows).components_
+    for a, b in zip(x, ref):
+        assert np.allclose(a, b) or np.allclose(a, -b)
+    np.testing.assert_allclose(x @ x.T, np.eye(4), atol=1e-12)
+
+
+def test_similarity_pca1_by_hand():
+    z = np.array([[0.0, 0.0], [3.0, 4.0], [0.0, 0.05]])
+    s = C.similarity_pca1(z)
+    assert s[0, 1] == pytest.approx(1 / 6)       # distance 5
+    assert s[0, 2] == 1.0                        # 1/(1.05) > 0.9 -> 1
+    assert np.allclose(np.diag(s), 1) and np.allclose(s, s.T)
+    qs = np.array([np.zeros((2, 2)), np.ones((2, 2))])
+    assert C.similarity_frobenius(qs)[0, 1] == pytest.approx(1 / 5)
+
+
+def _greedy_brute(xu, xv):
+    cos = xu @ xv.T
+    rows, cols = list(range(len(xu))), list(range(len(xv)))
+    picked = []
+    for _ in range(len(xu)):
+        r, c = max(itertools.product(rows, cols), key=lambda rc: cos[rc])
+        picked.append(cos[r, c])
+        rows.remove(r)
+        cols.remove(c)
+    return np.cos(np.mean(np.arccos(np.clip(picked, -1, 1))))
+
+
+def test_complementarity_greedy_and_ordered_against_loops():
+    g = np.random.default_rng(3)
+    xs = [np.linalg.qr(g.normal(size=(16, 4)))[0].T for _ in range(6)]
+    c = C.complementarity(xs, "greedy")
+    for u, v in itertools.product(range(6), range(6)):
+        assert c[u, v] == pytest.approx(_greedy_brute(xs[u], xs[v]), abs=1e-12)
+    assert np.allclose(np.diag(c), 1)
+    o = C.complementarity(xs, "ordered")
+    want = np.cos(np.mean(np.arccos(np.clip(np.sum(xs[0] * xs[1], 1), -1, 1))))
+    assert o[0, 1] == pytest.approx(want)
+    # different lengths are zero-padded (the paper's left singular vectors)
+    lb = [C.left_basis(g.normal(size=(n, 16)), 4) for n in (5, 9)]
+    assert C.complementarity(lb, "ordered").shape == (2, 2)
+
+
+def test_personalised_aggregate_is_weighted_sum():
+    g = np.random.default_rng(4)
+    t = g.normal(size=(3, 5, 2)).astype(np.float32)
+    w = np.array([[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]])
+    out = C.personalised(w, t)
+    np.testing.assert_allclose(out[2], 0.2 * t[0] + 0.3 * t[1] + 0.5 * t[2], rtol=1e-6)
+
+
+def test_fedatt_by_hand():
+    server = np.zeros(2)
+    clients = np.array([[1.0, 0.0], [0.0, 2.0]])
+    att = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum()
+    out = C.fedatt(server, clients, epsilon=1.0)
+    np.testing.assert_allclose(out, att[0] * clients[0] + att[1] * clients[1], rtol=1e-6)
