@@ -183,7 +183,7 @@ class NodeHost:
     def client(self, cid: int) -> LogicalClient:
         from client_app import registry
 
-        cls = registry.client_class(self.cfg["method"], self.cfg["model"])
+        cls = registry.client_class(self.cfg["method"], self.cfg["model"], self.cfg.get("harness", "silo"))
         return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device)
 
     def _inject_fault(self, cid: int, res: PhaseResult) -> None:
@@ -215,7 +215,7 @@ class NodeHost:
         out: dict[int, PhaseResult | str] = {}
         from client_app import registry
 
-        cls = registry.client_class(self.cfg["method"], self.cfg["model"])
+        cls = registry.client_class(self.cfg["method"], self.cfg["model"], self.cfg.get("harness", "silo"))
         batch_fn = getattr(cls, f"batch_{phase}", None)
         if batch_fn is not None and len(targets) > 1:
             t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def client_class(method: str, model: str = "mf"):
+def client_class(method: str, model: str = "mf", harness: str = "silo"):
     if model == "gfcf":
         from client_app.fedcia import GFCFClient, LocalGFCFClient
 
@@ -12,7 +12,17 @@ def client_class(method: str, model: str = "mf"):
         from client_app.fedcia import FedCIAParamClient
 
         return FedCIAParamClient
-    if method in ("fedavg", "fcf"):
+    if harness == "one-user":
+        if method == "pfedrec":
+            from client_app.pfedrec import PFedRecClient
+
+            return PFedRecClient
+        if method in ("fedca", "fedavg", "fcf", "fedatt", "local"):
+            from client_app.fedca import OneUserClient
+
+            return OneUserClient
+        raise ValueError(f"unknown method '{method}' for harness 'one-user'")
+    if method in ("fedavg", "fcf", "fedatt"):
         from client_app.mf import FedAvgClient
 
         return FedAvgClient

@@ -89,10 +89,14 @@ def principal_basis(rows: np.ndarray, k: int) -> np.ndarray:
     if x.ndim != 2 or x.shape[0] < k or x.shape[1] < k:
         raise ValueError(f"principal_basis: expected at least k={k} rows and columns, got shape {x.shape}")
     x = x - x.mean(axis=0)
-    u, _, vt = np.linalg.svd(x, full_matrices=False)
-    signs = np.sign(u[np.argmax(np.abs(u), axis=0), np.arange(u.shape[1])])
+    # right singular vectors from the d × d scatter matrix (d is small), largest first; the
+    # u-based sign needs only the argmax of |column| of U ∝ X v_j
+    vals, vecs = np.linalg.eigh(x.T @ x)
+    vt = vecs[:, ::-1][:, :k].T
+    proj = x @ vt.T
+    signs = np.sign(proj[np.argmax(np.abs(proj), axis=0), np.arange(k)])
     signs[signs == 0] = 1.0
-    return (vt * signs[:, None])[:k]
+    return vt * signs[:, None]
 
 
 def left_basis(rows: np.ndarray, k: int) -> np.ndarray:

@@ -39,7 +39,8 @@ class Key:
 # fmt: off
 SCHEMA: dict[str, Key] = {
     # --- what runs
-    "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia")),
+    "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia", "fedca", "fedatt", "pfedrec")),
+    "harness": Key("silo", "client training harness: 'silo' (a logical client holds one or more users and one model; FedCIA/FedMF) or 'one-user' (FedCA/PFedRec: one user per client, its own full item table, a fresh Adam per round, BCE on sigmoid scores, evaluated with its own post-training parameters; hosted users train batched)", ("silo", "one-user")),
     "model": Key("mf", "model of every logical client", ("mf", "ncf", "lightgcn", "gfcf")),
     "client-models": Key("", "heterogeneous clients: '|'-separated 'model:dim' (e.g. 'mf:512|mf:256|mf:128'); logical clients are split into that many contiguous groups (FedCIA Fig. 5); empty = all use model/dim"),
     "num-rounds": Key(20, "number of federated rounds"),
@@ -94,6 +95,28 @@ SCHEMA: dict[str, Key] = {
     "finetune-steps": Key(100, "FedCIA: SGD steps towards the global similarity after each round"),
     "finetune-lr": Key(0.1, "FedCIA: fine-tuning learning rate (agg_lr)"),
     "finetune-loss": Key("fro", "FedCIA fine-tuning loss: the code's Frobenius norm ('fro') or the paper's MSE ('mse', Eq. 6)", ("fro", "mse")),
+    # --- one-user harness (FedCA spec B3; PFedRec: UFGRAPHFR spec §8)
+    "lr-mlp": Key(0.01, "one-user harness: Adam learning rate of the NCF tower (lr_structure)"),
+    "mlp-weight-decay": Key(0.0, "one-user harness: Adam weight decay of the NCF tower"),
+    "early-break": Key(0.0, "one-user harness: stop a client's local epochs once the relative change of its cumulative mean loss is below this (FedCA code: 1e-4; 0 = off)"),
+    "user-init": Key("per-client", "initial user vectors: seeded per client, or one shared vector for all (FedCA code: a deepcopy of the template model)", ("per-client", "shared")),
+    # --- FedCA (spec FEDCIA_FEDCA part B)
+    "agg-fraction": Key(0.1, "FedCA: fraction of the round's clients drawn for aggregation (int(f·n), at least 1)"),
+    "fedca-alpha": Key(0.3, "FedCA: α (the code's complementarity coefficient; the paper's similarity coefficient with fedca-weights=paper)"),
+    "fedca-beta": Key(0.3, "FedCA: β (the code's similarity coefficient; the paper's complementarity coefficient with fedca-weights=paper)"),
+    "fedca-rho": Key(0.9, "FedCA: interpolation ρ: Q_u <- ρ·Q_u + (1-ρ)·Q_g[u] for the aggregated clients"),
+    "fedca-k": Key(4, "FedCA: principal directions k of the complementarity descriptor X_u"),
+    "fedca-similarity": Key("pca1", "FedCA σ: the code's 1/(1+‖z_u−z_v‖) on 1-D PCA projections, clamped to 1 above 0.9 ('pca1'), or the paper's 1/(1+‖Q_u−Q_v‖²_F) ('frobenius')", ("pca1", "frobenius")),
+    "fedca-subspace": Key("pca", "FedCA X_u: the code's PCA basis of the item rows of the round's samples (k×d, 'pca') or the paper's first k left singular vectors of the interacted items' rows ('left')", ("pca", "left")),
+    "fedca-matching": Key("greedy", "FedCA principal angles: the code's greedy signed matching or the paper's l-th to l-th ('ordered')", ("greedy", "ordered")),
+    "fedca-weights": Key("code", "FedCA weight QP: the code's coefficients (min xᵀx − 2(p + αc + βσ)ᵀx) or the paper's Eq. 4 ('paper')", ("code", "paper")),
+    "fedca-qp": Key("closed-form", "FedCA weight QP solver: Euclidean projection onto the simplex or cvxpy", ("closed-form", "cvxpy")),
+    "fedca-upload": Key("all", "FedCA: every client uploads its table ('all', as the code) or only the clients drawn for aggregation ('subset': same result, 10% of the bytes)", ("all", "subset")),
+    # --- FedAtt (spec LPSFED_DISTFEDAVG B4) and PFedRec (spec UFGRAPHFR §8)
+    "fedatt-epsilon": Key(1.0, "FedAtt: step size ε"),
+    "fedatt-ord": Key(2, "FedAtt: order of the distance norm"),
+    "fedatt-dp": Key(0.001, "FedAtt: std of the Gaussian noise added to the new global parameters"),
+    "pfedrec-lr-eta": Key(80.0, "PFedRec: item-table learning rate = lr · n_items · pfedrec-lr-eta"),
     # --- outputs
     "export-topk": Key(0, "write OUT/topk.jsonl with the top-K items of every user (0 = off)"),
 }
@@ -290,6 +313,23 @@ def validate(cfg: dict[str, Any]) -> None:
         layers = int_list(cfg, "mlp-layers")
         if layers[0] != 2 * cfg["dim"]:
             raise ConfigError(f"config key 'mlp-layers': the first width must be 2*dim={2 * cfg['dim']}, got {layers[0]}")
+    if cfg["method"] in ("fedca", "pfedrec") and cfg["harness"] != "one-user":
+        raise ConfigError(f"config key 'harness': method {cfg['method']!r} needs harness='one-user'")
+    if cfg["harness"] == "one-user":
+        if cfg["partition"] != "user":
+            raise ConfigError("config key 'partition': harness='one-user' needs partition='user'")
+        if cfg["protocol"] != "loo":
+            raise ConfigError("config key 'protocol': harness='one-user' evaluates with protocol='loo'")
+        if cfg["model"] not in ("mf", "ncf"):
+            raise ConfigError("config key 'model': harness='one-user' trains 'mf' (PMF) or 'ncf'")
+        if cfg["client-models"]:
+            raise ConfigError("config key 'client-models': not supported with harness='one-user'")
+    if not 0.0 < cfg["agg-fraction"] <= 1.0:
+        raise ConfigError(f"config key 'agg-fraction': expected in (0, 1], got {cfg['agg-fraction']}")
+    if not 0.0 <= cfg["fedca-rho"] <= 1.0:
+        raise ConfigError(f"config key 'fedca-rho': expected in [0, 1], got {cfg['fedca-rho']}")
+    if cfg["method"] == "fedca" and cfg["fedca-k"] > cfg["dim"]:
+        raise ConfigError(f"config key 'fedca-k': expected <= dim={cfg['dim']}, got {cfg['fedca-k']}")
     for key in ("dim", "local-epochs", "batch-size", "num-negatives", "eval-every"):
         if cfg[key] < 1:
             raise ConfigError(f"config key '{key}': expected >= 1, got {cfg[key]}")

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 
-def strategy_class(method: str, model: str = "mf"):
+def strategy_class(method: str, model: str = "mf", harness: str = "silo"):
+    from strategies import fedca
     from strategies.fedavg import FCF, FedAvg, Local
     from strategies.fedcia import FedCIAGFCF, FedCIAParam
 
     if method == "fedcia":
         return FedCIAGFCF if model == "gfcf" else FedCIAParam
-    table = {"fedavg": FedAvg, "fcf": FCF, "local": Local}
+    if harness == "one-user":
+        table = {"fedca": fedca.FedCA, "fedavg": fedca.OneUserFedAvg, "fcf": fedca.OneUserFCF,
+                 "fedatt": fedca.OneUserFedAtt, "local": fedca.OneUserLocal}
+    else:
+        table = {"fedavg": FedAvg, "fcf": FCF, "local": Local, "fedatt": fedca.FedAtt}
     if method not in table:
-        raise ValueError(f"unknown method '{method}'; known: {sorted(table)}")
+        raise ValueError(f"unknown method '{method}' for harness '{harness}'; known: {sorted(table)}")
     return table[method]

@@ -1,0 +1,248 @@
+"""Local training of many one-user clients at once (FedCA spec B3, B7; PFedRec's harness).
+
+Every hosted user has its own copy of the model (``corolla.models`` MF or NCF with one user):
+the parameters are stacked along a leading client axis (``item.weight``: B × M × d, and so on)
+and one optimisation step updates every client that has a mini-batch at that step. Each client
+keeps its own mini-batches, its own Adam state and step count and its own early break, so the
+result equals training the clients one after another with ``torch.optim.Adam`` on the shared
+model classes (:func:`train_one`, the reference path; ``tests/test_fedca.py`` checks that both
+agree).
+
+Semantics, as the FedCA code (engine.py:114-151):
+
+* a fresh Adam every round; embeddings (``user.*``, ``item.*``) with ``lr_emb`` and no weight
+  decay, the MLP with ``lr_mlp`` and Adam weight decay ``wd_mlp``;
+* loss: ``BCELoss(sigmoid(logit), label)``, the mean over the mini-batch (a probability that
+  saturates to 1.0 gets no gradient, as in the code);
+* ``epochs`` shuffled epochs of mini-batches of ``batch_size``; after each epoch the cumulative
+  mean loss L_e (sum of batch loss × batch size over all epochs so far, divided by the samples
+  so far: the code never resets them) is compared with L_{e−1} (L_{−1} = 0) and the client stops
+  once |L_e − L_{e−1}| / |L_{e−1} + 1e-5| < ``early_break`` (0 disables it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+def is_embedding(name: str) -> bool:
+    return name.startswith(("user.", "item."))
+
+
+def stacked_logits(p: dict[str, torch.Tensor], items: torch.Tensor, mlp_names: list[str]) -> torch.Tensor:
+    """Logits of a clients × L block of items, for stacked parameters ``p`` (leading axis = the
+    clients of ``items``' rows). ``mlp_names``: the Linear layers of NCF's tower in order
+    (empty for MF)."""
+    a, n = items.shape
+    user = p["user.weight"][:, 0, :]                                          # a × d
+    d = user.shape[1]
+    q = torch.gather(p["item.weight"], 1, items[..., None].expand(a, n, d))  # a × L × d
+    if not mlp_names:
+        return (user[:, None, :] * q).sum(-1)
+    x = torch.cat([user[:, None, :].expand(a, n, d), q], -1)
+    for j, name in enumerate(mlp_names):
+        x = torch.baddbmm(p[f"{name}.bias"][:, None, :], x, p[f"{name}.weight"].transpose(1, 2))
+        if j < len(mlp_names) - 1:
+            x = torch.relu(x)
+    return x.squeeze(-1)
+
+
+def mlp_layer_names(names) -> list[str]:
+    return sorted({n.rsplit(".", 1)[0] for n in names if n.startswith("mlp.")},
+                  key=lambda s: int(s.split(".")[1]))
+
+
+def epoch_permutations(g: np.random.Generator, n: int, epochs: int) -> list[np.ndarray]:
+    return [g.permutation(n) for _ in range(epochs)]
+
+
+def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.ndarray]],
+                  perms: list[list[np.ndarray]], batch_size: int, lr_emb: float, lr_mlp: float,
+                  wd_mlp: float, early_break: float) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    """Train B one-user models in place of their stacked ``params``.
+
+    ``samples[b]``: ``item`` (int) and ``label`` (float) of client b's training rows;
+    ``perms[b][e]``: its row order in epoch e. Returns (params, final cumulative loss per client).
+    """
+    names = list(params)
+    mlp = mlp_layer_names(names)
+    dev = params["item.weight"].device
+    B = len(samples)
+    epochs = max(len(p) for p in perms) if perms else 0
+    n = np.array([len(s["item"]) for s in samples], np.int64)
+    nb = np.ceil(n / batch_size).astype(np.int64)
+    m = {k: torch.zeros_like(v) for k, v in params.items()}
+    v2 = {k: torch.zeros_like(v) for k, v in params.items()}
+    steps = torch.zeros(B, dtype=torch.float64)
+    cum_loss = np.zeros(B)
+    cum_n = np.zeros(B)
+    prev = np.zeros(B)
+    alive = n > 0
+    b1, b2 = ADAM_BETAS
+    for e in range(epochs):
+        # this epoch's rows of every client, in its order, padded to nb_max · batch_size columns
+        width = int(nb[alive].max()) * batch_size if alive.any() else 0
+        it_all = np.zeros((B, width), np.int64)
+        lab_all = np.zeros((B, width), np.float32)
+        mask_all = np.zeros((B, width), np.float32)
+        for b in np.flatnonzero(alive):
+            perm = perms[b][e]
+            it_all[b, :n[b]] = samples[b]["item"][perm]
+            lab_all[b, :n[b]] = samples[b]["label"][perm]
+            mask_all[b, :n[b]] = 1.0
+        it_all_t = torch.as_tensor(it_all, device=dev)
+        lab_all_t = torch.as_tensor(lab_all, device=dev)
+        mask_all_t = torch.as_tensor(mask_all, device=dev)
+        for j in range(width // batch_size):
+            act = np.flatnonzero(alive & (nb > j))
+            idx = torch.as_tensor(act, device=dev)
+            cols = slice(j * batch_size, (j + 1) * batch_size)
+            it, lab, mask = it_all_t[idx, cols], lab_all_t[idx, cols], mask_all_t[idx, cols]
+            cnt = mask.sum(1)
+            leaf = {k: params[k][idx].detach().requires_grad_(True) for k in names}
+            prob = torch.sigmoid(stacked_logits(leaf, it, mlp))
+            per = F.binary_cross_entropy(prob, lab, reduction="none")
+            loss = (per * mask).sum(1) / cnt
+            loss.sum().backward()
+            steps[idx] += 1
+            t = steps[idx]
+            bc1 = (1 - b1 ** t)
+            bc2s = (1 - b2 ** t).sqrt()
+            with torch.no_grad():
+                for k in names:
+                    p, g = leaf[k], leaf[k].grad
+                    lr, wd = (lr_emb, 0.0) if is_embedding(k) else (lr_mlp, wd_mlp)
+                    if wd:
+                        g = g.add(p, alpha=wd)
+                    shape = (-1,) + (1,) * (p.dim() - 1)
+                    mk = m[k][idx].lerp_(g, 1 - b1)
+                    vk = v2[k][idx].mul_(b2).addcmul_(g, g, value=1 - b2)
+                    denom = (vk.sqrt() / bc2s.to(p.dtype).view(shape)).add_(ADAM_EPS)
+                    step_size = (lr / bc1).to(p.dtype).view(shape)
+                    p.sub_(step_size * mk / denom)
+                    params[k][idx] = p
+                    m[k][idx] = mk
+                    v2[k][idx] = vk
+            lv = loss.detach().cpu().numpy().astype(np.float64)
+            cum_loss[act] += lv * cnt.cpu().numpy()
+            cum_n[act] += cnt.cpu().numpy()
+        cur = np.divide(cum_loss, np.maximum(cum_n, 1))
+        if early_break > 0:
+            stop = alive & (np.abs(cur - prev) / np.abs(prev + 1e-5) < early_break)
+            alive &= ~stop
+        prev = cur
+    return params, np.divide(cum_loss, np.maximum(cum_n, 1))
+
+
+def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.ndarray]],
+                perms: list[list[np.ndarray]], batch_size: int, lr_emb: float, lr_mlp: float, wd_mlp: float,
+                early_break: float, device, chunk: int = 64) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    """:func:`train_stacked` over the clients' states (numpy), compacted and in chunks.
+
+    Compaction: a client trains only the item rows its training rows touch. With a fresh Adam and
+    no weight decay on the embeddings, a row that gets no gradient in the round keeps m = v = 0
+    and does not move, so leaving it out is exact. Clients are sorted by the number of rows they
+    touch and trained in chunks of ``chunk``, so that light users are not padded to heavy ones.
+    Returns the new states (same keys) and the final cumulative loss per client.
+    """
+    names = list(states[0])
+    uni = [np.unique(s["item"]) for s in samples]
+    order = sorted(range(len(states)), key=lambda b: (len(uni[b]), len(samples[b]["item"])))
+    new: list[dict[str, np.ndarray] | None] = [None] * len(states)
+    losses = np.zeros(len(states))
+    for a in range(0, len(order), chunk):
+        part = order[a:a + chunk]
+        r = max(1, max(len(uni[b]) for b in part))
+        sub_states, sub_samples = [], []
+        for b in part:
+            st = dict(states[b])
+            table = np.zeros((r, st["item.weight"].shape[1]), np.float32)
+            table[:len(uni[b])] = st["item.weight"][uni[b]]
+            st["item.weight"] = table
+            sub_states.append(st)
+            sub_samples.append({"item": np.searchsorted(uni[b], samples[b]["item"]), "label": samples[b]["label"]})
+        params = stack(sub_states, names, device)
+        params, loss = train_stacked(params, sub_samples, [perms[b] for b in part], batch_size, lr_emb,
+                                     lr_mlp, wd_mlp, early_break)
+        for b, st, lb in zip(part, unstack(params), loss):
+            table = np.array(states[b]["item.weight"], np.float32, copy=True)
+            table[uni[b]] = st["item.weight"][:len(uni[b])]
+            st["item.weight"] = table
+            new[b] = st
+            losses[b] = lb
+    return new, losses  # type: ignore[return-value]
+
+
+def train_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], batch_size: int,
+              lr_emb: float, lr_mlp: float, wd_mlp: float, early_break: float) -> float:
+    """The reference path: one user's model (``corolla.models`` MF/NCF with one user) trained with
+    ``torch.optim.Adam`` exactly as :func:`train_stacked` trains each client."""
+    emb = [p for n, p in model.named_parameters() if is_embedding(n)]
+    rest = [p for n, p in model.named_parameters() if not is_embedding(n)]
+    groups = [{"params": emb, "lr": lr_emb, "weight_decay": 0.0}]
+    if rest:
+        groups.append({"params": rest, "lr": lr_mlp, "weight_decay": wd_mlp})
+    opt = torch.optim.Adam(groups, betas=ADAM_BETAS, eps=ADAM_EPS)
+    dev = next(model.parameters()).device
+    items = torch.as_tensor(samples["item"], dtype=torch.long, device=dev)
+    labels = torch.as_tensor(samples["label"], dtype=torch.float32, device=dev)
+    n = len(items)
+    cum_loss = cum_n = prev = 0.0
+    model.train()
+    for perm in perms:
+        order = torch.as_tensor(perm, dtype=torch.long, device=dev)
+        for a in range(0, n, batch_size):
+            sel = order[a:a + batch_size]
+            opt.zero_grad(set_to_none=True)
+            users = torch.zeros(len(sel), dtype=torch.long, device=dev)
+            loss = F.binary_cross_entropy(torch.sigmoid(model(users, items[sel])), labels[sel])
+            loss.backward()
+            opt.step()
+            cum_loss += float(loss.detach()) * len(sel)
+            cum_n += len(sel)
+        cur = cum_loss / max(cum_n, 1)
+        if early_break > 0 and abs(cur - prev) / abs(prev + 1e-5) < early_break:
+            break
+        prev = cur
+    return cum_loss / max(cum_n, 1)
+
+
+def draw_negatives(pool: np.ndarray, n_pos: int, k: int, g: np.random.Generator) -> np.ndarray:
+    """``k`` distinct items of ``pool`` for each of ``n_pos`` positives (n_pos × k), uniformly
+    (``random.sample(pool, k)`` per positive, as the FedCA/PFedRec code)."""
+    if len(pool) < k:
+        raise ValueError(f"negative pool of {len(pool)} items is smaller than num-negatives={k}")
+    out = g.integers(0, len(pool), (n_pos, k))
+    while True:
+        s = np.sort(out, 1)
+        bad = np.flatnonzero((s[:, 1:] == s[:, :-1]).any(1)) if k > 1 else np.zeros(0, np.int64)
+        if not len(bad):
+            break
+        out[bad] = g.integers(0, len(pool), (len(bad), k))
+    return pool[out]
+
+
+def training_rows(pos: np.ndarray, pool: np.ndarray, k: int, g: np.random.Generator) -> dict[str, np.ndarray]:
+    """Each positive followed by its ``k`` negatives: ``item`` and ``label`` rows."""
+    neg = draw_negatives(pool, len(pos), k, g)
+    items = np.concatenate([pos[:, None], neg], 1).reshape(-1)
+    labels = np.zeros((len(pos), k + 1), np.float32)
+    labels[:, 0] = 1.0
+    return {"item": items.astype(np.int64), "label": labels.reshape(-1)}
+
+
+def stack(states: list[dict[str, np.ndarray]], names: list[str], device) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(np.stack([s[k] for s in states]), device=device).float().contiguous()
+            for k in names}
+
+
+def unstack(params: dict[str, torch.Tensor]) -> list[dict[str, np.ndarray]]:
+    arrs = {k: v.detach().cpu().numpy() for k, v in params.items()}
+    b = len(next(iter(arrs.values())))
+    return [{k: v[i].copy() for k, v in arrs.items()} for i in range(b)]
+

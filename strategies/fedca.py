@@ -1,0 +1,208 @@
+"""FedCA server side (FedCA paper §4, Algorithm 1; spec FEDCIA_FEDCA B4) and the per-user
+baselines of its harness (FedAvg, FCF, FedAtt, Local with ``harness = one-user``).
+
+Round t, phase ``train`` (every client; spec B4 steps 1–4): a client's reply carries its item
+table Q_u (+ NCF tower), its descriptor X_u (``basis``), ``num-examples`` n_u, and — when round t
+is evaluated — its own valid/test metrics with its post-training parameters.
+
+Aggregation (steps 5–9): S = a random ``int(agg-fraction · n)`` of the clients that uploaded
+(seeded by round; with ``fedca-upload = subset`` the same draw is made before training over the
+round's clients, and only S upload — the result is the same, the bytes a tenth). Over S:
+p_v = n_v / Σ n, σ (``fedca-similarity``), c (``fedca-subspace``, ``fedca-matching``), the
+weights w_u of the simplex QP (``fedca-weights``, ``fedca-qp``; ``corolla.composite``), and the
+personalised Q_g[u] = Σ_v w_uv Q_v (every tower tensor with the same weights).
+
+Download (step 10): Q_g[u] goes to u ∈ S only. When round t is evaluated it travels in the
+``evaluate`` phase, which is sent to the S clients only: they interpolate ρ·own + (1−ρ)·Q_g[u],
+keep it as their state and evaluate with it; every other client's metrics are those it sent with
+its training reply (its own post-training parameters, spec B2), so the round's evaluation costs
+one extra message per node, not one per client. When round t is not evaluated Q_g[u] travels
+with round t+1's ``train`` message and is interpolated there (spec B4.1).
+"""
+
+from __future__ import annotations
+
+import time
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+
+from corolla import composite
+from corolla.models import shared_init
+from corolla.protocol import ArraySpec
+from corolla.util import rng
+from strategies.base import ClientResult, CorollaStrategy, PhaseStats
+from strategies.fedavg import FCF, FedAvg, Local
+
+
+class FusedEvaluation:
+    """Evaluation from the metrics each client sends with its training reply; only the clients
+    :meth:`eval_targets` names are asked again (with :meth:`eval_personal`)."""
+
+    def _train_evals(self) -> dict[int, ClientResult]:
+        if not hasattr(self, "_evals"):
+            self._evals: dict[int, ClientResult] = {}
+        return self._evals
+
+    def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
+        if phase == "train":
+            mets = {k: v for k, v in result.metrics.items() if k.startswith(("valid/", "test/"))}
+            if mets:
+                self._train_evals()[cid] = ClientResult({}, mets)
+        return super().accept(phase, rnd, cid, result)  # type: ignore[misc]
+
+    def eval_targets(self, rnd: int) -> list[int]:
+        return []
+
+    def eval_personal(self, rnd: int, targets: list[int]) -> dict[int, dict[str, np.ndarray]]:
+        return {}
+
+    def evaluated(self, rnd: int, results: dict[int, ClientResult]) -> None:
+        """Called with the ``evaluate`` phase's results."""
+
+    def evaluate(self, transport, rnd: int):
+        avail = set(self.available())
+        pooled = {c: r for c, r in self._train_evals().items() if c in avail}
+        targets = [c for c in self.eval_targets(rnd) if c in avail]
+        if targets:
+            results, stats = self.exchange(transport, "evaluate", rnd, targets, {},
+                                           self.eval_personal(rnd, targets))
+            pooled.update(results)
+            self.evaluated(rnd, results)
+        else:
+            stats = PhaseStats("evaluate")
+        self._evals = {}
+        return self.aggregate_metrics(pooled), stats
+
+
+class FedCA(FusedEvaluation, CorollaStrategy):
+    def __init__(self, cfg: dict[str, Any]):
+        super().__init__(cfg)
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.pending: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] not yet delivered
+        self.subset: list[int] = []
+        self._uploads: dict[int, ClientResult] = {}
+
+    def setup(self) -> None:
+        self.shapes = {k: v.shape for k, v in shared_init(self.cfg, self.n_items).items()}
+
+    # -------------------------------------------------------------- train
+    def draw_subset(self, rnd: int, candidates: list[int]) -> list[int]:
+        n = max(1, int(self.cfg["agg-fraction"] * len(candidates)))
+        pick = rng(self.cfg["seed"], "agg-subset", rnd).choice(sorted(candidates), size=n, replace=False)
+        return sorted(int(c) for c in pick)
+
+    def configure_phase(self, phase, rnd, targets):
+        personal = {c: dict(self.pending[c]) for c in targets if c in self.pending}
+        for c in personal:
+            del self.pending[c]
+        self.subset = self.draw_subset(rnd, targets) if self.cfg["fedca-upload"] == "subset" else []
+        for c in self.subset:
+            personal.setdefault(c, {})["upload"] = np.ones(1, np.int8)
+        return {}, personal
+
+    def uploads(self, cid: int) -> bool:
+        return self.cfg["fedca-upload"] == "all" or cid in self.subset
+
+    def expected_payload(self, phase, cid):
+        if phase != "train" or not self.uploads(cid):
+            return {}
+        out = {k: ArraySpec(s, "float32") for k, s in self.shapes.items()}
+        k = self.cfg["fedca-k"]
+        width = self.cfg["dim"] if self.cfg["fedca-subspace"] == "pca" else self.clients[cid]["train"]
+        out["basis"] = ArraySpec((k, width), "float32")
+        return out
+
+    def accept(self, phase, rnd, cid, result):
+        result = super().accept(phase, rnd, cid, result)
+        if phase == "train" and result.payload:
+            self._uploads[cid] = result
+            return ClientResult({}, result.metrics)
+        return result
+
+    def aggregate_phase(self, phase, rnd, results):
+        uploads, self._uploads = self._uploads, {}
+        if not uploads:
+            log(WARNING, "round %d: no valid upload; nothing is aggregated", rnd)
+            return {"clients": len(results)}
+        t0 = time.perf_counter()
+        subset = ([c for c in self.subset if c in uploads] if self.cfg["fedca-upload"] == "subset"
+                  else self.draw_subset(rnd, sorted(uploads)))
+        tables = {k: np.stack([uploads[c].payload[k] for c in subset]) for k in self.shapes}
+        n = np.array([float(uploads[c].metrics["num-examples"]) for c in subset])
+        p = n / n.sum() if n.sum() > 0 else np.full(len(subset), 1.0 / len(subset))
+        cfg = self.cfg
+        if cfg["fedca-similarity"] == "pca1":
+            z = np.stack([composite.pca1_projection(q) for q in tables["item.weight"]])
+            sigma = composite.similarity_pca1(z)
+        else:
+            sigma = composite.similarity_frobenius(tables["item.weight"])
+        comp = composite.complementarity([uploads[c].payload["basis"].astype(np.float64) for c in subset],
+                                         cfg["fedca-matching"])
+        w = composite.composite_weights(p, sigma, comp, cfg["fedca-alpha"], cfg["fedca-beta"],
+                                        cfg["fedca-weights"], cfg["fedca-qp"])
+        agg = {k: composite.personalised(w, t) for k, t in tables.items()}
+        for j, c in enumerate(subset):
+            self.pending[c] = {k: agg[k][j] for k in agg}
+        diag = float(np.mean(np.diag(w)))
+        return {"clients": len(results), "aggregated": len(subset), "train-loss": float(np.nanmean(
+            [r.metrics.get("train-loss", np.nan) for r in results.values()])),
+            "self-weight": diag, "server-s": time.perf_counter() - t0}
+
+    # -------------------------------------------------------------- evaluate
+    def eval_targets(self, rnd):
+        return sorted(self.pending)
+
+    def eval_personal(self, rnd, targets):
+        return {c: self.pending[c] for c in targets}
+
+    def evaluated(self, rnd, results):
+        for c in results:   # delivered and interpolated; a client that missed it gets it next round
+            self.pending.pop(c, None)
+
+    # -------------------------------------------------------------- checkpoint
+    def state_dict(self):
+        return {f"pending/{c}/{k}": v for c, d in self.pending.items() for k, v in d.items()}
+
+    def load_state_dict(self, state):
+        self.pending = {}
+        for key, v in state.items():
+            if key.startswith("pending/"):
+                _, c, k = key.split("/", 2)
+                self.pending.setdefault(int(c), {})[k] = v
+
+
+class FedAtt(FedAvg):
+    """FedAtt (Ji et al. 2019; spec LPSFED_DISTFEDAVG B4): per parameter tensor, attention
+    softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I)."""
+
+    def aggregate_phase(self, phase, rnd, results):
+        if not results:
+            return {}
+        cids = sorted(results)
+        g = rng(self.cfg["seed"], "fedatt-dp", rnd)
+        self.global_params = {
+            k: composite.fedatt(v, np.stack([results[c].payload[k] for c in cids]), self.cfg["fedatt-epsilon"],
+                                self.cfg["fedatt-ord"], self.cfg["fedatt-dp"], g)
+            for k, v in self.global_params.items()}
+        losses = [results[c].metrics.get("train-loss", np.nan) for c in cids]
+        return {"train-loss": float(np.nanmean(losses)), "clients": len(cids)}
+
+
+class OneUserFedAvg(FusedEvaluation, FedAvg):
+    pass
+
+
+class OneUserFCF(FusedEvaluation, FCF):
+    pass
+
+
+class OneUserFedAtt(FusedEvaluation, FedAtt):
+    pass
+
+
+class OneUserLocal(FusedEvaluation, Local):
+    pass
+
