@@ -59,3 +59,73 @@ def test_training_rows_negatives_distinct_and_from_pool():
     assert rows["label"].reshape(3, 5).tolist() == [[1, 0, 0, 0, 0]] * 3
     with pytest.raises(ValueError, match="smaller than num-negatives"):
         training_rows(np.array([0]), pool[:2], 4, g)
+
+
+# --------------------------------------------------------------------------- strategy, in process
+import json  # noqa: E402
+
+from server_app.app import run_federation  # noqa: E402
+from tests.inproc import InProcessTransport, partitions  # noqa: E402
+
+FEDCA_SMALL = "num-rounds=3 min-user-interactions=300 local-epochs=2"   # 54 heavy users, 1597 items
+
+
+def _run(tmp_path, name, data_dir, nodes, extra="", preset="fedca-pmf-ml100k"):
+    t = InProcessTransport(partitions(nodes, {"data-dir": data_dir}))
+    s = run_federation(t, {"preset": preset, "set": f"{FEDCA_SMALL} {extra}",
+                           "out-dir": str(tmp_path / name), "data-dir": data_dir})
+    rounds = [json.loads(x) for x in open(tmp_path / name / "rounds.jsonl")]
+    return s, rounds
+
+
+def test_fedca_same_on_one_or_three_nodes_and_subset_upload(tmp_path, data_dir):
+    a, ra = _run(tmp_path, "one", data_dir, 1)
+    b, rb = _run(tmp_path, "three", data_dir, 3)
+    assert a["metrics"] == b["metrics"] and a["valid_metrics"] == b["valid_metrics"]
+    assert a["metrics"]["hr@10"] > 0
+    users = ra[0]["train"]["clients"]
+    agg = ra[0]["train"]["aggregated"]
+    assert agg == max(1, int(0.1 * users))
+    m_items = 1597   # items left after dropping users with < 300 ratings
+    table = m_items * 16 * 4 + 128
+    per_client = table + 4 * 16 * 4 + 128
+    assert ra[0]["phases"][0]["bytes_up"] == users * per_client
+    # round 1's aggregates go down in round 1's evaluate phase, to the aggregated clients only
+    assert ra[0]["phases"][1]["bytes_down"] == agg * table
+    # only the aggregation subset uploads: the same numbers for a tenth of the bytes
+    c, rc = _run(tmp_path, "subset", data_dir, 3, "fedca-upload=subset")
+    assert c["metrics"] == a["metrics"]
+    assert rc[0]["phases"][0]["bytes_up"] == agg * per_client
+
+
+def test_fedca_cvxpy_solver_gives_the_closed_form_run(tmp_path, data_dir):
+    a, _ = _run(tmp_path, "closed", data_dir, 2, "num-rounds=2")
+    b, _ = _run(tmp_path, "cvxpy", data_dir, 2, "num-rounds=2 fedca-qp=cvxpy")
+    for k, v in a["metrics"].items():
+        assert b["metrics"][k] == pytest.approx(v, abs=0.03)
+
+
+def test_fedca_without_evaluation_delivers_aggregates_with_next_train(tmp_path, data_dir):
+    s, r = _run(tmp_path, "every2", data_dir, 2, "eval-every=2 num-rounds=3")
+    agg = r[0]["train"]["aggregated"]
+    assert [p["name"] for p in r[0]["phases"]] == ["train"]
+    assert r[1]["phases"][0]["bytes_down"] == agg * (1597 * 16 * 4 + 128)   # round 1's Q_g in round 2
+    assert s["status"] == "completed" and s["rounds_completed"] == 3
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fcf", "fedatt", "local"])
+def test_one_user_baselines_run(tmp_path, data_dir, method):
+    s, r = _run(tmp_path, method, data_dir, 2, f"method={method} num-rounds=2")
+    assert s["status"] == "completed" and s["metrics"]["hr@10"] > 0
+    up = r[0]["phases"][0]["bytes_up"]
+    assert up == (0 if method == "local" else r[0]["train"]["clients"] * (1597 * 16 * 4 + 128))
+    assert len(r[0]["phases"]) == 2 and r[0]["phases"][1]["bytes_down"] == 0   # fused evaluation
+
+
+def test_interpolation_by_hand():
+    from client_app.fedca import interpolate
+
+    own = {"item.weight": np.ones((2, 2), np.float32), "user.weight": np.zeros((1, 2), np.float32)}
+    out = interpolate(own, {"item.weight": np.zeros((2, 2), np.float32)}, 0.8)
+    np.testing.assert_allclose(out["item.weight"], 0.8)
+    assert out["user.weight"] is own["user.weight"]
