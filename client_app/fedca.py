@@ -35,6 +35,8 @@ paper-compatible metrics rank ties against the positive.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 
@@ -43,16 +45,21 @@ from corolla import composite
 from corolla import metrics as M
 from corolla.models.base import build_model, init_params, shared_init
 from corolla.models.stacked import (epoch_permutations, mlp_layer_names, stack, stacked_logits,
-                                    train_users, training_rows)
+                                    train_stacked, train_users, training_rows)
 from corolla.models.train import item_pools
 from corolla.util import rng, stable_seed
 
 AVERAGING = ("fedavg", "fcf", "fedatt")
 
 
-def _sigmoid_scores(params: dict[str, torch.Tensor], items: torch.Tensor) -> np.ndarray:
+def _sigmoid_scores(params: dict[str, torch.Tensor], items: torch.Tensor, pfedrec: bool = False) -> np.ndarray:
     with torch.no_grad():
-        logits = stacked_logits(params, items, mlp_layer_names(params))
+        if pfedrec:   # PFedRec: Linear(d, 1) on the item embedding, no user vector
+            d = params["item.weight"].shape[2]
+            q = torch.gather(params["item.weight"], 1, items[..., None].expand(*items.shape, d))
+            logits = (q * params["affine.weight"]).sum(-1) + params["affine.bias"]
+        else:
+            logits = stacked_logits(params, items, mlp_layer_names(params))
         return torch.sigmoid(logits).cpu().numpy().astype(np.float32)
 
 
@@ -103,8 +110,9 @@ class OneUserClient(LogicalClient):
             samples.append(rows)
             perms.append(epoch_permutations(rng(cfg["seed"], "shuffle", c.cid, rnd), len(rows["item"]),
                                             cfg["local-epochs"]))
-        trained, losses = train_users(starts, samples, perms, cfg["batch-size"], cfg["lr"], cfg["lr-mlp"],
-                                      cfg["mlp-weight-decay"], cfg["early-break"], dev)
+        trained, losses = train_users(starts, samples, perms, partial(
+            train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=cfg["lr-mlp"],
+            wd_mlp=cfg["mlp-weight-decay"], early_break=cfg["early-break"]), dev)
         evals = (evaluate_stacked(clients, stack(trained, names, dev)) if evaluated(cfg, rnd)
                  else [{}] * len(clients))
         out = []
@@ -158,7 +166,7 @@ def descriptor(cfg, item_table: np.ndarray, sample_items: np.ndarray, train_item
     return composite.left_basis(item_table[train_items], cfg["fedca-k"])
 
 
-def evaluate_stacked(clients, params: dict[str, torch.Tensor]) -> list[dict[str, list[float]]]:
+def evaluate_stacked(clients, params: dict[str, torch.Tensor], pfedrec: bool = False) -> list[dict[str, list[float]]]:
     """Leave-one-out metrics of every client's user on valid and test (spec B2), batched."""
     fed, cfg = clients[0].fed, clients[0].cfg
     ks = clients[0].ks
@@ -176,7 +184,7 @@ def evaluate_stacked(clients, params: dict[str, torch.Tensor]) -> list[dict[str,
             continue
         idx = torch.as_tensor(rows, device=params["item.weight"].device)
         sub = {k: v[idx] for k, v in params.items()}
-        s = _sigmoid_scores(sub, torch.as_tensor(np.stack(cand), device=idx.device))
+        s = _sigmoid_scores(sub, torch.as_tensor(np.stack(cand), device=idx.device), pfedrec)
         res = M.loo_user_metrics(s[:, -1], s[:, :-1], ks)
         if cfg["compat-ties-against-positive"]:
             res.update({f"ties:{k}": v for k, v in M.loo_user_metrics(s[:, -1], s[:, :-1], ks, True).items()})

@@ -8,8 +8,11 @@
   also on Ctrl-C or failure. Exit code 0 only when ``OUT/summary.json`` says ``completed``
   (``flwr run`` itself exits 0 on failure).
 * ``--mode sim``: a simulation SuperLink (Flower's simulation runtime, Ray) with N virtual nodes.
+* ``--mode inproc``: no Flower runtime: the ServerApp's loop calls the ClientApp's handler for N
+  nodes in this process (``strategies.inproc``). Same numbers as the other modes (tested); for
+  sweeps and ablations on one machine, not a deployment.
 
-Everything runs through Flower's own processes; nothing is simulated by Corolla itself.
+``local`` and ``sim`` run through Flower's own processes; nothing is simulated by Corolla itself.
 """
 
 from __future__ import annotations
@@ -182,6 +185,8 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"error: --node-config {item!r}: expected 'I:key=value' with 0 <= I < --nodes", file=sys.stderr)
             return 2
         node_configs[int(idx)].update(parse_overrides([kv]))
+    if args.mode == "inproc":
+        return _run_inproc(out, run_cfg, node_configs, data_dir)
     cluster = Cluster(out, args.mode, args.nodes, data_dir or None, node_configs)
     progress = out / "progress.log"
     pos = progress.stat().st_size if progress.exists() else 0
@@ -232,6 +237,30 @@ def run_command(args: argparse.Namespace) -> int:
     return 1
 
 
+def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: str) -> int:
+    from server_app.app import run_federation
+    from strategies.inproc import InProcessTransport
+
+    for nc in node_configs:
+        nc.setdefault("state-dir", str(out / "node-state"))
+        if data_dir:
+            nc.setdefault("data-dir", data_dir)
+    try:
+        summary = run_federation(InProcessTransport(node_configs), run_cfg)
+    except KeyboardInterrupt:
+        print(f"\ncorolla: interrupted (resume with: corolla run --resume {out} --mode inproc)", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  (the traceback is in the log and summary.json)
+        print(f"corolla: the run failed: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({"out": str(out), "rounds_completed": summary["rounds_completed"],
+                      "selected_round": summary["selection"]["round"], "metrics": summary["metrics"],
+                      **({"metrics_paper_compat": summary["metrics_paper_compat"]["metrics"]}
+                         if "metrics_paper_compat" in summary else {}),
+                      "paper": summary.get("paper", {})}, indent=2))
+    return 0 if summary.get("status") == "completed" else 1
+
+
 def presets_command(args: argparse.Namespace) -> int:
     for p in list_presets():
         nums = {k: v for k, v in p.paper.items() if isinstance(v, (int, float))}
@@ -247,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--preset")
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     r.add_argument("--config", help="TOML file of config keys (between the preset and --set)")
-    r.add_argument("--mode", choices=("local", "sim"), default="local")
+    r.add_argument("--mode", choices=("local", "sim", "inproc"), default="local")
     r.add_argument("--nodes", type=int, default=4)
     r.add_argument("--data-dir")
     r.add_argument("--out")

@@ -41,7 +41,7 @@ SCHEMA: dict[str, Key] = {
     # --- what runs
     "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia", "fedca", "fedatt", "pfedrec")),
     "harness": Key("silo", "client training harness: 'silo' (a logical client holds one or more users and one model; FedCIA/FedMF) or 'one-user' (FedCA/PFedRec: one user per client, its own full item table, a fresh Adam per round, BCE on sigmoid scores, evaluated with its own post-training parameters; hosted users train batched)", ("silo", "one-user")),
-    "model": Key("mf", "model of every logical client", ("mf", "ncf", "lightgcn", "gfcf")),
+    "model": Key("mf", "model of every logical client ('pfedrec': item table + a personal Linear(d,1) score function, no user embedding)", ("mf", "ncf", "lightgcn", "gfcf", "pfedrec")),
     "client-models": Key("", "heterogeneous clients: '|'-separated 'model:dim' (e.g. 'mf:512|mf:256|mf:128'); logical clients are split into that many contiguous groups (FedCIA Fig. 5); empty = all use model/dim"),
     "num-rounds": Key(20, "number of federated rounds"),
     "seed": Key(42, "seed of every random choice (data, init, sampling)"),
@@ -320,8 +320,10 @@ def validate(cfg: dict[str, Any]) -> None:
             raise ConfigError("config key 'partition': harness='one-user' needs partition='user'")
         if cfg["protocol"] != "loo":
             raise ConfigError("config key 'protocol': harness='one-user' evaluates with protocol='loo'")
-        if cfg["model"] not in ("mf", "ncf"):
-            raise ConfigError("config key 'model': harness='one-user' trains 'mf' (PMF) or 'ncf'")
+        if cfg["model"] not in ("mf", "ncf", "pfedrec"):
+            raise ConfigError("config key 'model': harness='one-user' trains 'mf' (PMF), 'ncf' or 'pfedrec'")
+    if (cfg["method"] == "pfedrec") != (cfg["model"] == "pfedrec"):
+        raise ConfigError("config keys 'method'/'model': PFedRec's model 'pfedrec' goes with method 'pfedrec' only")
         if cfg["client-models"]:
             raise ConfigError("config key 'client-models': not supported with harness='one-user'")
     if not 0.0 < cfg["agg-fraction"] <= 1.0:

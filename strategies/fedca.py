@@ -206,3 +206,15 @@ class OneUserFedAtt(FusedEvaluation, FedAtt):
 class OneUserLocal(FusedEvaluation, Local):
     pass
 
+
+
+class PFedRec(OneUserFCF):
+    """PFedRec server (PF engine.py:66-81): the unweighted mean, key by key, of the uploaded item
+    tables and score-function biases; clients load only the item table."""
+
+    def setup(self) -> None:
+        from corolla.models.pfedrec import pfedrec_init
+
+        if not self.global_params:
+            init = pfedrec_init(self.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
+            self.global_params = {k: init[k] for k in ("item.weight", "affine.bias")}

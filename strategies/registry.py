@@ -12,7 +12,7 @@ def strategy_class(method: str, model: str = "mf", harness: str = "silo"):
         return FedCIAGFCF if model == "gfcf" else FedCIAParam
     if harness == "one-user":
         table = {"fedca": fedca.FedCA, "fedavg": fedca.OneUserFedAvg, "fcf": fedca.OneUserFCF,
-                 "fedatt": fedca.OneUserFedAtt, "local": fedca.OneUserLocal}
+                 "fedatt": fedca.OneUserFedAtt, "local": fedca.OneUserLocal, "pfedrec": fedca.PFedRec}
     else:
         table = {"fedavg": FedAvg, "fcf": FCF, "local": Local, "fedatt": fedca.FedAtt}
     if method not in table:

@@ -1,48 +1,6 @@
-"""In-process transport: the ServerApp's run loop against ClientApp handlers, no network.
+"""The in-process transport of the tests (kept in ``strategies.inproc``, which the CLI's
+``--mode inproc`` uses too)."""
 
-Used by fast tests of the strategy logic; the end-to-end tests use real SuperLink/SuperNodes.
-Messages are passed through Flower's record types (RecordDict, ArrayRecord, ...) exactly as the
-real transport passes them, minus the Message envelope (which needs a running Flower runtime).
-"""
+from strategies.inproc import InProcessTransport, partitions
 
-from __future__ import annotations
-
-from typing import Any, Callable
-
-from flwr.app import RecordDict
-
-from client_app.app import handle
-
-
-class InProcessTransport:
-    def __init__(self, node_configs: list[dict[str, Any]],
-                 tamper: Callable[[int, str, RecordDict], RecordDict] | None = None):
-        # node ids mimic Flower's random 64-bit ids; order must not matter
-        self.nodes = {1000 + 7919 * (i + 1): dict(nc) for i, nc in enumerate(node_configs)}
-        self.tamper = tamper
-        self.dead: set[int] = set()
-
-    def node_ids(self) -> list[int]:
-        return sorted(n for n in self.nodes if n not in self.dead)
-
-    def exchange(self, messages, message_type, timeout):
-        dead = set(self.dead)  # decided when the messages are pushed
-        return self._replies(list(messages), message_type, dead)
-
-    def _replies(self, messages, message_type, dead):
-        for idx, (node, content) in enumerate(messages):
-            if node in dead:
-                yield idx, "error: Node Unavailable"
-                continue
-            try:
-                rep = handle(content, self.nodes[node])
-            except Exception as e:  # noqa: BLE001
-                yield idx, f"error 2: {e}"
-                continue
-            if self.tamper is not None:
-                rep = self.tamper(node, message_type, rep)
-            yield idx, rep
-
-
-def partitions(n: int, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    return [{"partition-id": i, "num-partitions": n, **(extra or {})} for i in range(n)]
+__all__ = ["InProcessTransport", "partitions"]

@@ -1,5 +1,7 @@
 """FedCA harness: the batched one-user training equals one user at a time; client/strategy."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -34,8 +36,9 @@ def test_batched_training_equals_one_user_at_a_time(model, early_break):
     params = stack(states, names, torch.device("cpu"))
     params, losses = train_stacked(params, samples, perms, 8, 0.05, 0.02, 1e-3, early_break)
     got = unstack(params)
-    compact, closses = train_users(states, samples, perms, 8, 0.05, 0.02, 1e-3, early_break,
-                                   torch.device("cpu"), chunk=4)
+    trainer = partial(train_stacked, batch_size=8, lr_emb=0.05, lr_mlp=0.02, wd_mlp=1e-3,
+                      early_break=early_break)
+    compact, closses = train_users(states, samples, perms, trainer, torch.device("cpu"), chunk=4)
     for u in range(users):
         assert closses[u] == pytest.approx(losses[u], rel=1e-6)
         for k in got[u]:
@@ -129,3 +132,38 @@ def test_interpolation_by_hand():
     out = interpolate(own, {"item.weight": np.zeros((2, 2), np.float32)}, 0.8)
     np.testing.assert_allclose(out["item.weight"], 0.8)
     assert out["user.weight"] is own["user.weight"]
+
+
+def test_pfedrec_batched_equals_reference():
+    from corolla.models.pfedrec import PFedRecModel, pfedrec_init
+    from corolla.models.stacked import train_pfedrec_one, train_pfedrec_stacked
+
+    g = np.random.default_rng(5)
+    m_items = 30
+    init = pfedrec_init(m_items, 4, 1.0, 0)
+    states, samples, perms = [], [], []
+    for u in range(5):
+        st = {k: v.copy() for k, v in init.items()}
+        st["affine.weight"] = st["affine.weight"] + g.normal(size=(1, 4)).astype(np.float32) * 0.1
+        states.append(st)
+        pos = g.choice(m_items, size=int(g.integers(1, 7)), replace=False)
+        s = training_rows(pos, np.setdiff1d(np.arange(m_items), pos), 4, g)
+        samples.append(s)
+        perms.append(epoch_permutations(g, len(s["item"]), 2))
+    trainer = partial(train_pfedrec_stacked, batch_size=8, lr=0.1, lr_item=5.0)
+    got, losses = train_users(states, samples, perms, trainer, torch.device("cpu"), chunk=2)
+    for u in range(5):
+        ref = PFedRecModel(m_items, 4)
+        ref.set_arrays(states[u])
+        loss = train_pfedrec_one(ref, samples[u], perms[u], 8, 0.1, 5.0)
+        assert losses[u] == pytest.approx(loss, rel=1e-5)
+        for k, v in ref.get_arrays().items():
+            np.testing.assert_allclose(got[u][k], v, rtol=1e-5, atol=1e-5, err_msg=f"user {u} {k}")
+
+
+def test_pfedrec_runs_and_uploads_table_and_bias(tmp_path, data_dir):
+    s, r = _run(tmp_path, "pfedrec", data_dir, 2, "method=pfedrec model=pfedrec dim=32 lr=0.1 "
+                "num-rounds=2 local-epochs=1")
+    assert s["status"] == "completed" and s["metrics"]["hr@10"] > 0
+    per = 1597 * 32 * 4 + 128 + 4 + 128
+    assert r[0]["phases"][0]["bytes_up"] == r[0]["train"]["clients"] * per

@@ -140,13 +140,14 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
 
 
 def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.ndarray]],
-                perms: list[list[np.ndarray]], batch_size: int, lr_emb: float, lr_mlp: float, wd_mlp: float,
-                early_break: float, device, chunk: int = 64) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
-    """:func:`train_stacked` over the clients' states (numpy), compacted and in chunks.
+                perms: list[list[np.ndarray]], trainer, device, chunk: int = 64
+                ) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    """``trainer(params, samples, perms)`` (:func:`train_stacked` or :func:`train_pfedrec_stacked`
+    with their hyper-parameters bound) over the clients' states (numpy), compacted and in chunks.
 
-    Compaction: a client trains only the item rows its training rows touch. With a fresh Adam and
-    no weight decay on the embeddings, a row that gets no gradient in the round keeps m = v = 0
-    and does not move, so leaving it out is exact. Clients are sorted by the number of rows they
+    Compaction: a client trains only the item rows its training rows touch. With a fresh Adam (or
+    plain SGD) and no weight decay on the item table, a row that gets no gradient in the round
+    keeps m = v = 0 and does not move, so leaving it out is exact. Clients are sorted by the number of rows they
     touch and trained in chunks of ``chunk``, so that light users are not padded to heavy ones.
     Returns the new states (same keys) and the final cumulative loss per client.
     """
@@ -167,8 +168,7 @@ def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.
             sub_states.append(st)
             sub_samples.append({"item": np.searchsorted(uni[b], samples[b]["item"]), "label": samples[b]["label"]})
         params = stack(sub_states, names, device)
-        params, loss = train_stacked(params, sub_samples, [perms[b] for b in part], batch_size, lr_emb,
-                                     lr_mlp, wd_mlp, early_break)
+        params, loss = trainer(params, sub_samples, [perms[b] for b in part])
         for b, st, lb in zip(part, unstack(params), loss):
             table = np.array(states[b]["item.weight"], np.float32, copy=True)
             table[uni[b]] = st["item.weight"][:len(uni[b])]
@@ -210,6 +210,85 @@ def train_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], ba
             break
         prev = cur
     return cum_loss / max(cum_n, 1)
+
+
+def train_pfedrec_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.ndarray]],
+                          perms: list[list[np.ndarray]], batch_size: int, lr: float, lr_item: float
+                          ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    """PFedRec's local training (PF engine.py:41-64) for B clients at once: per mini-batch,
+    (1) an SGD step (``lr``) of the score function ``affine`` on the BCE, then (2) with the
+    updated score function, the BCE again and an SGD step (``lr_item``) of the item table.
+    Returns (params, mean step-1 loss per client)."""
+    dev = params["item.weight"].device
+    B = len(samples)
+    n = np.array([len(s["item"]) for s in samples], np.int64)
+    nb = np.ceil(n / batch_size).astype(np.int64)
+    epochs = max(len(p) for p in perms) if perms else 0
+    cum_loss, cum_n = np.zeros(B), np.zeros(B)
+    for e in range(epochs):
+        width = int(nb.max()) * batch_size if B else 0
+        it_all = np.zeros((B, width), np.int64)
+        lab_all = np.zeros((B, width), np.float32)
+        mask_all = np.zeros((B, width), np.float32)
+        for b in range(B):
+            it_all[b, :n[b]] = samples[b]["item"][perms[b][e]]
+            lab_all[b, :n[b]] = samples[b]["label"][perms[b][e]]
+            mask_all[b, :n[b]] = 1.0
+        it_all_t, lab_all_t, mask_all_t = (torch.as_tensor(x, device=dev) for x in (it_all, lab_all, mask_all))
+        for j in range(width // batch_size):
+            act = np.flatnonzero(nb > j)
+            idx = torch.as_tensor(act, device=dev)
+            cols = slice(j * batch_size, (j + 1) * batch_size)
+            it, lab, mask = it_all_t[idx, cols], lab_all_t[idx, cols], mask_all_t[idx, cols]
+            cnt = mask.sum(1)
+            d = params["item.weight"].shape[2]
+
+            def bce(table, w, bias):
+                q = torch.gather(table, 1, it[..., None].expand(len(act), it.shape[1], d))
+                prob = torch.sigmoid((q * w).sum(-1) + bias)
+                return (F.binary_cross_entropy(prob, lab, reduction="none") * mask).sum(1) / cnt
+
+            table = params["item.weight"][idx]
+            w = params["affine.weight"][idx].requires_grad_(True)             # a × 1 × d
+            bias = params["affine.bias"][idx].requires_grad_(True)            # a × 1
+            loss = bce(table, w, bias)
+            loss.sum().backward()
+            with torch.no_grad():
+                w2 = w - lr * w.grad
+                b2 = bias - lr * bias.grad
+            table = table.requires_grad_(True)
+            bce(table, w2, b2).sum().backward()
+            with torch.no_grad():
+                params["item.weight"][idx] = table - lr_item * table.grad
+                params["affine.weight"][idx] = w2
+                params["affine.bias"][idx] = b2
+            cum_loss[act] += loss.detach().cpu().numpy().astype(np.float64) * cnt.cpu().numpy()
+            cum_n[act] += cnt.cpu().numpy()
+    return params, np.divide(cum_loss, np.maximum(cum_n, 1))
+
+
+def train_pfedrec_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], batch_size: int,
+                      lr: float, lr_item: float) -> float:
+    """The reference path of :func:`train_pfedrec_stacked` with ``torch.optim.SGD``, as PF's engine."""
+    opt = torch.optim.SGD(model.affine.parameters(), lr=lr)
+    opt_i = torch.optim.SGD(model.item.parameters(), lr=lr_item)
+    items = torch.as_tensor(samples["item"], dtype=torch.long)
+    labels = torch.as_tensor(samples["label"], dtype=torch.float32)
+    tot = cnt = 0.0
+    for perm in perms:
+        order = torch.as_tensor(perm, dtype=torch.long)
+        for a in range(0, len(items), batch_size):
+            sel = order[a:a + batch_size]
+            opt.zero_grad()
+            loss = F.binary_cross_entropy(torch.sigmoid(model(items[sel])), labels[sel])
+            loss.backward()
+            opt.step()
+            opt_i.zero_grad()
+            F.binary_cross_entropy(torch.sigmoid(model(items[sel])), labels[sel]).backward()
+            opt_i.step()
+            tot += float(loss.detach()) * len(sel)
+            cnt += len(sel)
+    return tot / max(cnt, 1)
 
 
 def draw_negatives(pool: np.ndarray, n_pos: int, k: int, g: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,74 @@
+"""PFedRec client (Zhang et al., IJCAI'23 "Dual personalization on federated recommendation";
+spec UFGRAPHFR §8) on the one-user harness.
+
+Model (``corolla.models.pfedrec``): item table + a personal score function Linear(d, 1), no user
+embedding. Round t: the client keeps its own score function and takes the server's global item
+table (PF engine.py:99-111); it trains ``local-epochs`` epochs on its positives and
+``num-negatives`` fresh negatives per positive, each mini-batch in two SGD steps: the score
+function (lr ``lr``), then the item table (lr ``lr · n_items · pfedrec-lr-eta``); it uploads
+``item.weight`` and ``affine.bias`` (the code uploads the bias too, although no client ever loads
+the averaged bias) and evaluates with its own post-training model (PF engine.py:168-177), fused
+into the training reply.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+
+from client_app.base import LogicalClient, PhaseResult
+from client_app.fedca import evaluate_stacked, evaluated
+from corolla.models.pfedrec import pfedrec_init
+from corolla.models.stacked import epoch_permutations, stack, train_pfedrec_stacked, train_users, training_rows
+from corolla.models.train import item_pools
+from corolla.util import rng
+
+UPLOAD = ("item.weight", "affine.bias")
+
+
+class PFedRecClient(LogicalClient):
+    def __init__(self, cfg, fed, cid, users, device):
+        if len(users) != 1:
+            raise ValueError(f"PFedRec: logical client {cid} holds {len(users)} users, expected 1")
+        super().__init__(cfg, fed, cid, users, device)
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return pfedrec_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
+
+    def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
+        return type(self).batch_train([self], rnd, [state], shared, [personal])[0]
+
+    @staticmethod
+    def batch_train(clients, rnd, states, shared, personals) -> list[PhaseResult]:
+        cfg, fed, dev = clients[0].cfg, clients[0].fed, clients[0].device
+        starts = []
+        for st in states:
+            st = dict(st)
+            if "item.weight" in shared:
+                st["item.weight"] = shared["item.weight"]
+            starts.append(st)
+        samples, perms = [], []
+        for c in clients:
+            u = int(c.users[0])
+            pool = np.flatnonzero(item_pools(fed, c.users, "uninteracted", c.item_mask)[0])
+            rows = training_rows(fed.rows("train", u).astype(np.int64), pool, cfg["num-negatives"],
+                                 rng(cfg["seed"], "negatives", c.cid, rnd))
+            samples.append(rows)
+            perms.append(epoch_permutations(rng(cfg["seed"], "shuffle", c.cid, rnd), len(rows["item"]),
+                                            cfg["local-epochs"]))
+        lr_item = cfg["lr"] * fed.n_items * cfg["pfedrec-lr-eta"]
+        trained, losses = train_users(starts, samples, perms, partial(
+            train_pfedrec_stacked, batch_size=cfg["batch-size"], lr=cfg["lr"], lr_item=lr_item), dev)
+        evals = (evaluate_stacked(clients, stack(trained, list(trained[0]), dev), pfedrec=True)
+                 if evaluated(cfg, rnd) else [{}] * len(clients))
+        return [PhaseResult(payload={k: new[k] for k in UPLOAD},
+                            metrics={"num-examples": int(len(rows["item"])), "train-loss": float(loss), **ev},
+                            state=new)
+                for new, rows, loss, ev in zip(trained, samples, losses, evals)]
+
+    def scores(self, state, shared, personal, local_users, items):
+        q = state["item.weight"] if items is None else state["item.weight"][np.asarray(items).reshape(-1)]
+        logit = q @ state["affine.weight"].reshape(-1) + state["affine.bias"][0]
+        return (1.0 / (1.0 + np.exp(-logit))).astype(np.float32).reshape(len(local_users), -1)
