@@ -72,6 +72,7 @@ SCHEMA: dict[str, Key] = {
     "dim": Key(64, "embedding dimension"),
     "init-std": Key(0.1, "std of the normal initialisation of embeddings"),
     "mlp-layers": Key("64,32,16,8", "NCF tower: input width (2*dim) then hidden widths, comma-separated"),
+    "mlp-init": Key("xavier", "NCF tower init: Xavier-uniform weights, zero biases ('xavier') or PyTorch's default nn.Linear init ('torch-default', FedCA code)", ("xavier", "torch-default")),
     "gcn-layers": Key(5, "LightGCN propagation layers"),
     "loss": Key("bpr", "local loss", ("bpr", "bce", "fedcia-mse")),
     "optimizer": Key("adam", "local optimiser", ("adam", "sgd")),

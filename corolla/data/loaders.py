@@ -83,9 +83,16 @@ def load_lastfm(data_dir=None) -> Interactions:
 
 
 def load_filmtrust(data_dir=None) -> Interactions:
+    """FilmTrust has no timestamps; as the FedCA code (utils.py ``loadData``), the order of an
+    item's first appearance in the file stands in for time (leave-one-out then holds out each
+    user's most recently appearing items)."""
     rows = _num_rows(locate("filmtrust/ratings.txt", data_dir), " ", cols=3)
     a = np.array([[float(x) for x in r[:3]] for r in rows])
-    return _densify(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2], np.zeros(len(a), np.int64))
+    items = a[:, 1].astype(np.int64)
+    _, first = np.unique(items, return_index=True)
+    order = np.empty(items.max() + 1, np.int64)
+    order[np.unique(items)] = np.argsort(np.argsort(first))
+    return _densify(a[:, 0].astype(np.int64), items, a[:, 2], order[items])
 
 
 def load_amazon_video(data_dir=None) -> Interactions:
