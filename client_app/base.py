@@ -151,7 +151,8 @@ class NodeHost:
         state_root = (self.node_config.get("state-dir") or msg_config.get("state-dir")
                       or os.path.join(tempfile.gettempdir(), "corolla-state"))
         self.store = StateStore(state_root, self.run_key)
-        torch.set_num_threads(int(self.node_config.get("threads", 1)))
+        self.threads = int(self.node_config.get("threads", 1))
+        torch.set_num_threads(self.threads)
         dev = str(self.node_config.get("device", self.cfg.get("device", "auto")))
         if dev == "auto":
             dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -204,6 +205,15 @@ class NodeHost:
 
     def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
                   personal: dict[int, dict[str, np.ndarray]]):
+        """:meth:`_run_phase` with numpy's BLAS held to the node's ``threads`` as torch is (several
+        nodes on one machine must not each start one BLAS thread per core)."""
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=self.threads):
+            return self._run_phase(phase, rnd, targets, shared, personal)
+
+    def _run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
+                   personal: dict[int, dict[str, np.ndarray]]):
         """Run ``phase`` for every targeted hosted client; returns ``{cid: PhaseResult | str(error)}``.
 
         If the method's client class defines ``batch_<phase>(clients, rnd, states, shared,

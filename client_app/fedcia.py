@@ -15,7 +15,7 @@ import numpy as np
 
 from client_app.base import LogicalClient, PhaseResult
 from corolla.models.gfcf import gfcf_filter
-from corolla.util import rng
+from corolla.util import rng, stable_seed
 
 
 class GFCFClient(LogicalClient):
@@ -79,7 +79,8 @@ class FedCIAParamClient(ParamClient):
         if b > 0:
             c = c + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, c.shape).astype(np.float32)
         if self.cfg["fedcia-upload"] == "svd":
-            vh, s = svd_factors(c, self.cfg["svd-rank"] or self.cfg["dim"])
+            vh, s = svd_factors(c, self.cfg["svd-rank"] or self.cfg["dim"], self.cfg["fedcia-svd-solver"],
+                                stable_seed(self.cfg["seed"], "svd", self.cid, rnd))
             payload = {"vh": vh, "s": s}
         else:
             payload = {"sim": c}

@@ -125,3 +125,16 @@ def test_svd_upload_reconstructs_low_rank_similarity():
     vh3, s3 = svd_factors(c, 3)
     err = np.linalg.norm(svd_reconstruct(vh3, s3) - c)
     assert err == pytest.approx(np.sqrt((np.linalg.svd(c, compute_uv=False)[3:] ** 2).sum()), rel=1e-3)
+
+
+def test_randomized_svd_upload_equals_full_svd_on_noisy_similarity():
+    from corolla.models.similarity import similarity, svd_factors, svd_reconstruct
+
+    g = np.random.default_rng(3)
+    e = (g.normal(size=(400, 16)) * 0.3).astype(np.float32)
+    c = similarity(e) + g.laplace(0, 1e-3, (400, 400)).astype(np.float32)   # asymmetric noise
+    full = svd_reconstruct(*svd_factors(c, 16, "full"))
+    fast = svd_reconstruct(*svd_factors(c, 16, "randomized", seed=1))
+    np.testing.assert_allclose(fast, full, atol=1e-5)
+    with pytest.raises(ValueError, match="fedcia-svd-solver"):
+        svd_factors(c, 16, "nope")
