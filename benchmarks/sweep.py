@@ -1,0 +1,96 @@
+"""Run presets with overrides through ``corolla run`` and tabulate their summaries.
+
+Each run is ``corolla run --preset P [--set k=v ...] --mode MODE --out RUNS/<P>+<k=v>...``; a run
+whose ``summary.json`` already says ``completed`` is not run again. The summaries are copied to
+``docs/results/<P>+<k=v>....json`` with ``--record`` and a markdown table is printed: the
+validation-selected test metrics, the paper-compatible ones (for FedCA: the best-test round,
+ties against the positive) and the paper's numbers.
+
+Usage (the FedCA tables of ``docs/results.md``)::
+
+    python benchmarks/sweep.py --data-dir ../shared/datasets --mode inproc --record \\
+        fedca-pmf-ml100k fedavg-pmf-ml100k fcf-pmf-ml100k fedatt-pmf-ml100k local-pmf-ml100k \\
+        pfedrec-ml100k
+    python benchmarks/sweep.py --data-dir ../shared/datasets --mode inproc --record \\
+        --set num-rounds=50 --vary fedca-rho=0.5,0.6,0.7,0.8,0.9,1.0 fedca-pmf-ml100k
+
+``--vary key=v1,v2`` runs every preset once per value; ``--set`` applies to every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_name(preset: str, overrides: list[str]) -> str:
+    return "+".join([preset] + overrides)
+
+
+def run_one(preset: str, overrides: list[str], args) -> dict:
+    out = Path(args.runs) / run_name(preset, overrides)
+    summary = out / "summary.json"
+    if summary.exists() and json.loads(summary.read_text()).get("status") == "completed":
+        return json.loads(summary.read_text())
+    if out.exists():
+        shutil.rmtree(out)
+    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", preset, "--mode", args.mode,
+           "--nodes", str(args.nodes), "--data-dir", args.data_dir, "--out", str(out)]
+    for o in overrides:
+        cmd += ["--set", o]
+    print("+", " ".join(cmd), flush=True)
+    env = dict(os.environ, COROLLA_OFFLINE=os.environ.get("COROLLA_OFFLINE", "1"))
+    subprocess.run(cmd, check=True, cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL)
+    return json.loads(summary.read_text())
+
+
+def fmt(m: dict, keys: list[str]) -> str:
+    return " / ".join(f"{m[k]:.4f}" if k in m else "–" for k in keys)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("presets", nargs="+")
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--mode", default="inproc", choices=("inproc", "sim", "local"))
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--vary", metavar="KEY=V1,V2,...")
+    ap.add_argument("--metrics", default="hr@10,ndcg@10")
+    ap.add_argument("--runs", default=str(ROOT / "runs"))
+    ap.add_argument("--record", action="store_true", help="copy each summary to docs/results/")
+    args = ap.parse_args()
+    keys = args.metrics.split(",")
+    variants: list[list[str]] = [[]]
+    if args.vary:
+        k, _, vals = args.vary.partition("=")
+        variants = [[f"{k}={v}"] for v in vals.split(",")]
+    print(f"| run | rounds (selected) | valid-selected {' / '.join(keys)} | paper-compatible | paper | wall s |")
+    print("|---|---|---|---|---|---|")
+    rows = []
+    for preset in args.presets:
+        for var in variants:
+            overrides = list(args.set) + var
+            s = run_one(preset, overrides, args)
+            if args.record:
+                dst = ROOT / "docs" / "results" / f"{run_name(preset, overrides)}.json"
+                dst.write_text(json.dumps(s, indent=1, sort_keys=True))
+            compat = s.get("metrics_paper_compat", {})
+            paper = {k: v for k, v in s.get("paper", {}).items() if k in keys}
+            row = (f"| `{run_name(preset, overrides)}` | {s['rounds_completed']} ({s['selection']['round']}"
+                   f"{', test-best ' + str(compat['selection']['round']) if compat else ''}) | "
+                   f"{fmt(s['metrics'], keys)} | {fmt(compat.get('metrics', {}), keys)} | "
+                   f"{fmt(paper, keys) if paper else '–'} | {s['wall_s']:.0f} |")
+            rows.append(row)
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
