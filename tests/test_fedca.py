@@ -167,3 +167,15 @@ def test_pfedrec_runs_and_uploads_table_and_bias(tmp_path, data_dir):
     assert s["status"] == "completed" and s["metrics"]["hr@10"] > 0
     per = 1597 * 32 * 4 + 128 + 4 + 128
     assert r[0]["phases"][0]["bytes_up"] == r[0]["train"]["clients"] * per
+
+
+def test_cli_inproc_mode(tmp_path, data_dir, capsys):
+    from corolla.cli import main
+
+    out = tmp_path / "cli"
+    rc = main(["run", "--preset", "fedca-pmf-ml100k", "--set", "num-rounds=1", "--set", "min-user-interactions=300",
+               "--set", "local-epochs=1", "--mode", "inproc", "--nodes", "2", "--data-dir", data_dir, "--out", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 1
+    assert '"metrics_paper_compat"' in capsys.readouterr().out
