@@ -145,3 +145,21 @@ def test_simulation_runtime_twenty_nodes_equal_two(tmp_path, data_dir):
     assert p.returncode == 0, log
     s = json.loads((out / "summary.json").read_text())
     assert s["metrics"] == inproc(tmp_path, data_dir, 2)["metrics"]
+
+
+def test_fedca_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """FedCA's personalised downloads (Q_g[u] to the aggregated clients only) and its fused
+    evaluation over 2 real SuperNodes give the in-process numbers and bytes."""
+    small = ["num-rounds=2", "min-user-interactions=300", "local-epochs=2", "phase-timeout=120"]
+    out = tmp_path / "fedca"
+    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", "fedca-pmf-ml100k", "--data-dir", data_dir,
+           "--out", str(out), "--nodes", "2"] + [a for s in small for a in ("--set", s)]
+    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads((out / "summary.json").read_text())
+    t = InProcessTransport(partitions(3, {"data-dir": data_dir}))
+    ref = run_federation(t, {"preset": "fedca-pmf-ml100k", "set": " ".join(small),
+                             "out-dir": str(tmp_path / "fedca-inproc"), "data-dir": data_dir})
+    assert s["metrics"] == ref["metrics"] and s["metrics_paper_compat"] == ref["metrics_paper_compat"]
+    assert s["bytes_up"] == ref["bytes_up"] and s["bytes_down"] == ref["bytes_down"]
