@@ -145,7 +145,15 @@ def _tail(path: Path, pos: int) -> int:
         return fh.tell()
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_command(args: argparse.Namespace) -> int:
+    # SIGTERM (``kill``, ``docker stop``, systemd) and SIGHUP (terminal closed) stop a run the way
+    # Ctrl-C does: every process this command started is stopped and the run can be resumed
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     overrides = parse_overrides(args.set or [])
     if args.export_topk is not None:
         overrides["export-topk"] = args.export_topk

@@ -116,13 +116,19 @@ def test_node_killed_mid_round_costs_only_its_contribution(tmp_path, data_dir):
     assert s["status"] == "completed"
 
 
-def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir, how):
     out = tmp_path / "resume"
     p = corolla(["--nodes", "2"] + sets(["num-rounds=4"]), out, data_dir)
     wait_for(out / "progress.log", "round   3/4 train", p)
-    os.killpg(p.pid, signal.SIGINT)  # Ctrl-C: the CLI stops the SuperLink and SuperNodes
+    if how == "ctrl-c":
+        os.killpg(p.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+    else:
+        os.kill(p.pid, signal.SIGTERM)   # kill / docker stop: the CLI alone
     p.communicate(timeout=120)
     assert p.returncode != 0
+    first = json.loads((out / "logs" / "pids.json").read_text())
+    assert not live_in_groups([first["superlink"], *first["supernodes"]])
     done = len((out / "rounds.jsonl").read_text().splitlines())
     assert 2 <= done < 4
     q = corolla(["--resume", str(out), "--nodes", "2"], out, data_dir)
