@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("run_dir")
     ap.add_argument("--reference", type=float, help="a reference time per round to compare with")
     args = ap.parse_args()
-    rounds = [json.loads(x) for x in open(Path(args.run_dir) / "rounds.jsonl")]
+    rounds = [json.loads(x) for x in (Path(args.run_dir) / "rounds.jsonl").read_text().splitlines()]
     if not rounds:
         raise SystemExit(f"{args.run_dir}: no rounds recorded")
     walls = [r["wall_s"] for r in rounds]

@@ -44,8 +44,15 @@ from client_app.base import LogicalClient, PhaseResult
 from corolla import composite
 from corolla import metrics as M
 from corolla.models.base import build_model, init_params, shared_init
-from corolla.models.stacked import (epoch_permutations, mlp_layer_names, stack, stacked_logits,
-                                    train_stacked, train_users, training_rows)
+from corolla.models.stacked import (
+    epoch_permutations,
+    mlp_layer_names,
+    stack,
+    stacked_logits,
+    train_stacked,
+    train_users,
+    training_rows,
+)
 from corolla.models.train import item_pools
 from corolla.util import rng, stable_seed
 
@@ -125,7 +132,7 @@ class OneUserClient(LogicalClient):
             if uploads and cfg["method"] == "fedca":
                 payload["basis"] = descriptor(cfg, new["item.weight"], rows["item"],
                                               fed.rows("train", int(c.users[0]))).astype(np.float32)
-            mets = {"num-examples": int(len(rows["item"])), "train-loss": float(loss), **ev}
+            mets = {"num-examples": len(rows["item"]), "train-loss": float(loss), **ev}
             out.append(PhaseResult(payload=payload, metrics=mets, state=new))
         return out
 

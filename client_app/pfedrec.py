@@ -16,12 +16,17 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-import torch
 
 from client_app.base import LogicalClient, PhaseResult
 from client_app.fedca import evaluate_stacked, evaluated
 from corolla.models.pfedrec import pfedrec_init
-from corolla.models.stacked import epoch_permutations, stack, train_pfedrec_stacked, train_users, training_rows
+from corolla.models.stacked import (
+    epoch_permutations,
+    stack,
+    train_pfedrec_stacked,
+    train_users,
+    training_rows,
+)
 from corolla.models.train import item_pools
 from corolla.util import rng
 
@@ -64,7 +69,7 @@ class PFedRecClient(LogicalClient):
         evals = (evaluate_stacked(clients, stack(trained, list(trained[0]), dev), pfedrec=True)
                  if evaluated(cfg, rnd) else [{}] * len(clients))
         return [PhaseResult(payload={k: new[k] for k in UPLOAD},
-                            metrics={"num-examples": int(len(rows["item"])), "train-loss": float(loss), **ev},
+                            metrics={"num-examples": len(rows["item"]), "train-loss": float(loss), **ev},
                             state=new)
                 for new, rows, loss, ev in zip(trained, samples, losses, evals)]
 

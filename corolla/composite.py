@@ -91,7 +91,7 @@ def principal_basis(rows: np.ndarray, k: int) -> np.ndarray:
     x = x - x.mean(axis=0)
     # right singular vectors from the d × d scatter matrix (d is small), largest first; the
     # u-based sign needs only the argmax of |column| of U ∝ X v_j
-    vals, vecs = np.linalg.eigh(x.T @ x)
+    _, vecs = np.linalg.eigh(x.T @ x)
     vt = vecs[:, ::-1][:, :k].T
     proj = x @ vt.T
     signs = np.sign(proj[np.argmax(np.abs(proj), axis=0), np.arange(k)])

@@ -9,7 +9,8 @@ it); it is for sweeps and reproductions on one machine, not a deployment.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from flwr.app import RecordDict
 

@@ -1,5 +1,6 @@
 """FedCA harness: the batched one-user training equals one user at a time; client/strategy."""
 
+import json
 from functools import partial
 
 import numpy as np
@@ -7,8 +8,17 @@ import pytest
 import torch
 
 from corolla.models.base import build_model
-from corolla.models.stacked import (epoch_permutations, stack, train_one, train_stacked, train_users,
-                                    training_rows, unstack)
+from corolla.models.stacked import (
+    epoch_permutations,
+    stack,
+    train_one,
+    train_stacked,
+    train_users,
+    training_rows,
+    unstack,
+)
+from server_app.app import run_federation
+from tests.inproc import InProcessTransport, partitions
 
 
 def _cfg(model):
@@ -65,10 +75,6 @@ def test_training_rows_negatives_distinct_and_from_pool():
 
 
 # --------------------------------------------------------------------------- strategy, in process
-import json  # noqa: E402
-
-from server_app.app import run_federation  # noqa: E402
-from tests.inproc import InProcessTransport, partitions  # noqa: E402
 
 FEDCA_SMALL = "num-rounds=3 min-user-interactions=300 local-epochs=2"   # 54 heavy users, 1597 items
 
@@ -77,13 +83,13 @@ def _run(tmp_path, name, data_dir, nodes, extra="", preset="fedca-pmf-ml100k"):
     t = InProcessTransport(partitions(nodes, {"data-dir": data_dir}))
     s = run_federation(t, {"preset": preset, "set": f"{FEDCA_SMALL} {extra}",
                            "out-dir": str(tmp_path / name), "data-dir": data_dir})
-    rounds = [json.loads(x) for x in open(tmp_path / name / "rounds.jsonl")]
+    rounds = [json.loads(x) for x in (tmp_path / name / "rounds.jsonl").read_text().splitlines()]
     return s, rounds
 
 
 def test_fedca_same_on_one_or_three_nodes_and_subset_upload(tmp_path, data_dir):
     a, ra = _run(tmp_path, "one", data_dir, 1)
-    b, rb = _run(tmp_path, "three", data_dir, 3)
+    b, _ = _run(tmp_path, "three", data_dir, 3)
     assert a["metrics"] == b["metrics"] and a["valid_metrics"] == b["valid_metrics"]
     assert a["metrics"]["hr@10"] > 0
     users = ra[0]["train"]["clients"]

@@ -212,6 +212,14 @@ def train_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], ba
     return cum_loss / max(cum_n, 1)
 
 
+def _pfedrec_bce(table, w, bias, items, labels, mask) -> torch.Tensor:
+    """Per-client mean BCE of PFedRec's score sigmoid(q_i · w + b) over the unmasked rows."""
+    a, n = items.shape
+    q = torch.gather(table, 1, items[..., None].expand(a, n, table.shape[2]))
+    prob = torch.sigmoid((q * w).sum(-1) + bias)
+    return (F.binary_cross_entropy(prob, labels, reduction="none") * mask).sum(1) / mask.sum(1)
+
+
 def train_pfedrec_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.ndarray]],
                           perms: list[list[np.ndarray]], batch_size: int, lr: float, lr_item: float
                           ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
@@ -241,23 +249,16 @@ def train_pfedrec_stacked(params: dict[str, torch.Tensor], samples: list[dict[st
             cols = slice(j * batch_size, (j + 1) * batch_size)
             it, lab, mask = it_all_t[idx, cols], lab_all_t[idx, cols], mask_all_t[idx, cols]
             cnt = mask.sum(1)
-            d = params["item.weight"].shape[2]
-
-            def bce(table, w, bias):
-                q = torch.gather(table, 1, it[..., None].expand(len(act), it.shape[1], d))
-                prob = torch.sigmoid((q * w).sum(-1) + bias)
-                return (F.binary_cross_entropy(prob, lab, reduction="none") * mask).sum(1) / cnt
-
             table = params["item.weight"][idx]
             w = params["affine.weight"][idx].requires_grad_(True)             # a × 1 × d
             bias = params["affine.bias"][idx].requires_grad_(True)            # a × 1
-            loss = bce(table, w, bias)
+            loss = _pfedrec_bce(table, w, bias, it, lab, mask)
             loss.sum().backward()
             with torch.no_grad():
                 w2 = w - lr * w.grad
                 b2 = bias - lr * bias.grad
             table = table.requires_grad_(True)
-            bce(table, w2, b2).sum().backward()
+            _pfedrec_bce(table, w2, b2, it, lab, mask).sum().backward()
             with torch.no_grad():
                 params["item.weight"][idx] = table - lr_item * table.grad
                 params["affine.weight"][idx] = w2
