@@ -61,6 +61,31 @@ def epoch_permutations(g: np.random.Generator, n: int, epochs: int) -> list[np.n
     return [g.permutation(n) for _ in range(epochs)]
 
 
+def epoch_batches(samples: list[dict[str, np.ndarray]], perms: list[list[np.ndarray]], e: int,
+                  alive: np.ndarray, batch_size: int, device):
+    """Epoch ``e``'s mini-batch steps of the clients still ``alive``: yields (client indices,
+    items, labels, mask) per step j, the clients being those with a j-th mini-batch (each in its
+    own row order ``perms[b][e]``; rows padded to ``batch_size`` with mask 0)."""
+    n = np.array([len(s["item"]) for s in samples], np.int64)
+    nb = np.ceil(n / batch_size).astype(np.int64)
+    if not alive.any():
+        return
+    width = int(nb[alive].max()) * batch_size
+    it_all = np.zeros((len(samples), width), np.int64)
+    lab_all = np.zeros((len(samples), width), np.float32)
+    mask_all = np.zeros((len(samples), width), np.float32)
+    for b in np.flatnonzero(alive):
+        it_all[b, :n[b]] = samples[b]["item"][perms[b][e]]
+        lab_all[b, :n[b]] = samples[b]["label"][perms[b][e]]
+        mask_all[b, :n[b]] = 1.0
+    it_t, lab_t, mask_t = (torch.as_tensor(x, device=device) for x in (it_all, lab_all, mask_all))
+    for j in range(width // batch_size):
+        act = np.flatnonzero(alive & (nb > j))
+        idx = torch.as_tensor(act, device=device)
+        cols = slice(j * batch_size, (j + 1) * batch_size)
+        yield act, idx, it_t[idx, cols], lab_t[idx, cols], mask_t[idx, cols]
+
+
 def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.ndarray]],
                   perms: list[list[np.ndarray]], batch_size: int, lr_emb: float, lr_mlp: float,
                   wd_mlp: float, early_break: float) -> tuple[dict[str, torch.Tensor], np.ndarray]:
@@ -75,7 +100,6 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     B = len(samples)
     epochs = max(len(p) for p in perms) if perms else 0
     n = np.array([len(s["item"]) for s in samples], np.int64)
-    nb = np.ceil(n / batch_size).astype(np.int64)
     m = {k: torch.zeros_like(v) for k, v in params.items()}
     v2 = {k: torch.zeros_like(v) for k, v in params.items()}
     steps = torch.zeros(B, dtype=torch.float64)
@@ -85,24 +109,7 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     alive = n > 0
     b1, b2 = ADAM_BETAS
     for e in range(epochs):
-        # this epoch's rows of every client, in its order, padded to nb_max · batch_size columns
-        width = int(nb[alive].max()) * batch_size if alive.any() else 0
-        it_all = np.zeros((B, width), np.int64)
-        lab_all = np.zeros((B, width), np.float32)
-        mask_all = np.zeros((B, width), np.float32)
-        for b in np.flatnonzero(alive):
-            perm = perms[b][e]
-            it_all[b, :n[b]] = samples[b]["item"][perm]
-            lab_all[b, :n[b]] = samples[b]["label"][perm]
-            mask_all[b, :n[b]] = 1.0
-        it_all_t = torch.as_tensor(it_all, device=dev)
-        lab_all_t = torch.as_tensor(lab_all, device=dev)
-        mask_all_t = torch.as_tensor(mask_all, device=dev)
-        for j in range(width // batch_size):
-            act = np.flatnonzero(alive & (nb > j))
-            idx = torch.as_tensor(act, device=dev)
-            cols = slice(j * batch_size, (j + 1) * batch_size)
-            it, lab, mask = it_all_t[idx, cols], lab_all_t[idx, cols], mask_all_t[idx, cols]
+        for act, idx, it, lab, mask in epoch_batches(samples, perms, e, alive, batch_size, dev):
             cnt = mask.sum(1)
             leaf = {k: params[k][idx].detach().requires_grad_(True) for k in names}
             prob = torch.sigmoid(stacked_logits(leaf, it, mlp))
@@ -230,24 +237,10 @@ def train_pfedrec_stacked(params: dict[str, torch.Tensor], samples: list[dict[st
     dev = params["item.weight"].device
     B = len(samples)
     n = np.array([len(s["item"]) for s in samples], np.int64)
-    nb = np.ceil(n / batch_size).astype(np.int64)
     epochs = max(len(p) for p in perms) if perms else 0
     cum_loss, cum_n = np.zeros(B), np.zeros(B)
     for e in range(epochs):
-        width = int(nb.max()) * batch_size if B else 0
-        it_all = np.zeros((B, width), np.int64)
-        lab_all = np.zeros((B, width), np.float32)
-        mask_all = np.zeros((B, width), np.float32)
-        for b in range(B):
-            it_all[b, :n[b]] = samples[b]["item"][perms[b][e]]
-            lab_all[b, :n[b]] = samples[b]["label"][perms[b][e]]
-            mask_all[b, :n[b]] = 1.0
-        it_all_t, lab_all_t, mask_all_t = (torch.as_tensor(x, device=dev) for x in (it_all, lab_all, mask_all))
-        for j in range(width // batch_size):
-            act = np.flatnonzero(nb > j)
-            idx = torch.as_tensor(act, device=dev)
-            cols = slice(j * batch_size, (j + 1) * batch_size)
-            it, lab, mask = it_all_t[idx, cols], lab_all_t[idx, cols], mask_all_t[idx, cols]
+        for act, idx, it, lab, mask in epoch_batches(samples, perms, e, n > 0, batch_size, dev):
             cnt = mask.sum(1)
             table = params["item.weight"][idx]
             w = params["affine.weight"][idx].requires_grad_(True)             # a × 1 × d
