@@ -108,15 +108,7 @@ class OneUserClient(LogicalClient):
         cfg, fed, dev = clients[0].cfg, clients[0].fed, clients[0].device
         starts = [c.start_params(s, shared, p) for c, s, p in zip(clients, states, personals)]
         names = list(starts[0])
-        samples, perms = [], []
-        for c in clients:
-            u = int(c.users[0])
-            pool = np.flatnonzero(item_pools(fed, c.users, "uninteracted", c.item_mask)[0])
-            rows = training_rows(fed.rows("train", u).astype(np.int64), pool, cfg["num-negatives"],
-                                 rng(cfg["seed"], "negatives", c.cid, rnd))
-            samples.append(rows)
-            perms.append(epoch_permutations(rng(cfg["seed"], "shuffle", c.cid, rnd), len(rows["item"]),
-                                            cfg["local-epochs"]))
+        samples, perms = round_samples(clients, rnd)
         trained, losses = train_users(starts, samples, perms, partial(
             train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=cfg["lr-mlp"],
             wd_mlp=cfg["mlp-weight-decay"], early_break=cfg["early-break"]), dev)
@@ -153,6 +145,23 @@ class OneUserClient(LogicalClient):
         it = torch.as_tensor(np.asarray(items).reshape(1, -1) if items is not None
                              else np.arange(self.fed.n_items)[None], device=self.device)
         return _sigmoid_scores(params, it).reshape(len(local_users), -1)
+
+
+def round_samples(clients, rnd: int) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
+    """Round ``rnd``'s training rows of each one-user client (every train positive followed by
+    ``num-negatives`` distinct negatives from the items it never interacted with, spec B1) and
+    its row order in each local epoch; seeded by (seed, client, round)."""
+    cfg, fed = clients[0].cfg, clients[0].fed
+    samples, perms = [], []
+    for c in clients:
+        u = int(c.users[0])
+        pool = np.flatnonzero(item_pools(fed, c.users, "uninteracted", c.item_mask)[0])
+        rows = training_rows(fed.rows("train", u).astype(np.int64), pool, cfg["num-negatives"],
+                             rng(cfg["seed"], "negatives", c.cid, rnd))
+        samples.append(rows)
+        perms.append(epoch_permutations(rng(cfg["seed"], "shuffle", c.cid, rnd), len(rows["item"]),
+                                        cfg["local-epochs"]))
+    return samples, perms
 
 
 def evaluated(cfg, rnd: int) -> bool:

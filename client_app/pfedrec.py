@@ -18,17 +18,9 @@ from functools import partial
 import numpy as np
 
 from client_app.base import LogicalClient, PhaseResult
-from client_app.fedca import evaluate_stacked, evaluated
+from client_app.fedca import evaluate_stacked, evaluated, round_samples
 from corolla.models.pfedrec import pfedrec_init
-from corolla.models.stacked import (
-    epoch_permutations,
-    stack,
-    train_pfedrec_stacked,
-    train_users,
-    training_rows,
-)
-from corolla.models.train import item_pools
-from corolla.util import rng
+from corolla.models.stacked import stack, train_pfedrec_stacked, train_users
 
 UPLOAD = ("item.weight", "affine.bias")
 
@@ -54,15 +46,7 @@ class PFedRecClient(LogicalClient):
             if "item.weight" in shared:
                 st["item.weight"] = shared["item.weight"]
             starts.append(st)
-        samples, perms = [], []
-        for c in clients:
-            u = int(c.users[0])
-            pool = np.flatnonzero(item_pools(fed, c.users, "uninteracted", c.item_mask)[0])
-            rows = training_rows(fed.rows("train", u).astype(np.int64), pool, cfg["num-negatives"],
-                                 rng(cfg["seed"], "negatives", c.cid, rnd))
-            samples.append(rows)
-            perms.append(epoch_permutations(rng(cfg["seed"], "shuffle", c.cid, rnd), len(rows["item"]),
-                                            cfg["local-epochs"]))
+        samples, perms = round_samples(clients, rnd)
         lr_item = cfg["lr"] * fed.n_items * cfg["pfedrec-lr-eta"]
         trained, losses = train_users(starts, samples, perms, partial(
             train_pfedrec_stacked, batch_size=cfg["batch-size"], lr=cfg["lr"], lr_item=lr_item), dev)
