@@ -149,13 +149,14 @@ class OneUserClient(LogicalClient):
 
 def round_samples(clients, rnd: int) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
     """Round ``rnd``'s training rows of each one-user client (every train positive followed by
-    ``num-negatives`` distinct negatives from the items it never interacted with, spec B1) and
+    ``num-negatives`` distinct negatives from ``neg-pool``: with ``uninteracted``, the items it
+    never interacted with in any split, spec B1) and
     its row order in each local epoch; seeded by (seed, client, round)."""
     cfg, fed = clients[0].cfg, clients[0].fed
     samples, perms = [], []
     for c in clients:
         u = int(c.users[0])
-        pool = np.flatnonzero(item_pools(fed, c.users, "uninteracted", c.item_mask)[0])
+        pool = np.flatnonzero(item_pools(fed, c.users, cfg["neg-pool"], c.item_mask)[0])
         rows = training_rows(fed.rows("train", u).astype(np.int64), pool, cfg["num-negatives"],
                              rng(cfg["seed"], "negatives", c.cid, rnd))
         samples.append(rows)

@@ -185,3 +185,13 @@ def test_cli_inproc_mode(tmp_path, data_dir, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 1
     assert '"metrics_paper_compat"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("override, key", [({"loss": "bpr"}, "loss"), ({"optimizer-state": "persist"}, "optimizer-state"),
+                                           ({"partition": "blocks"}, "partition"), ({"protocol": "full-rank"}, "protocol"),
+                                           ({"harness": "silo"}, "harness")])
+def test_one_user_harness_rejects_what_it_does_not_do(override, key):
+    from corolla.config import ConfigError, resolve
+
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        resolve("fedca-pmf-ml100k", override, None)
