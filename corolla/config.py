@@ -324,8 +324,6 @@ def validate(cfg: dict[str, Any]) -> None:
             raise ConfigError("config key 'protocol': harness='one-user' evaluates with protocol='loo'")
         if cfg["model"] not in ("mf", "ncf", "pfedrec"):
             raise ConfigError("config key 'model': harness='one-user' trains 'mf' (PMF), 'ncf' or 'pfedrec'")
-    if (cfg["method"] == "pfedrec") != (cfg["model"] == "pfedrec"):
-        raise ConfigError("config keys 'method'/'model': PFedRec's model 'pfedrec' goes with method 'pfedrec' only")
         if cfg["client-models"]:
             raise ConfigError("config key 'client-models': not supported with harness='one-user'")
         want = {"loss": "bce", "optimizer-state": "fresh", "weight-decay": 0.0,
@@ -335,6 +333,8 @@ def validate(cfg: dict[str, Any]) -> None:
                 raise ConfigError(f"config key '{key}': harness='one-user' trains with {key}={value!r} "
                                   f"(BCE on sigmoid scores, a fresh optimiser each round, negatives re-drawn "
                                   f"each round; the tower's decay is 'mlp-weight-decay'), got {cfg[key]!r}")
+    if (cfg["method"] == "pfedrec") != (cfg["model"] == "pfedrec"):
+        raise ConfigError("config keys 'method'/'model': PFedRec's model 'pfedrec' goes with method 'pfedrec' only")
     if not 0.0 < cfg["agg-fraction"] <= 1.0:
         raise ConfigError(f"config key 'agg-fraction': expected in (0, 1], got {cfg['agg-fraction']}")
     if not 0.0 <= cfg["fedca-rho"] <= 1.0:
