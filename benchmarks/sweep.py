@@ -84,8 +84,10 @@ def main() -> None:
                 dst.write_text(json.dumps(s, indent=1, sort_keys=True))
             compat = s.get("metrics_paper_compat", {})
             paper = {k: v for k, v in s.get("paper", {}).items() if k in keys}
+            csel = compat.get("selection", {})
+            compat_round = f", {csel['split']}-compat {csel['round']}" if csel else ""
             row = (f"| `{run_name(preset, overrides)}` | {s['rounds_completed']} ({s['selection']['round']}"
-                   f"{', test-best ' + str(compat['selection']['round']) if compat else ''}) | "
+                   f"{compat_round}) | "
                    f"{fmt(s['metrics'], keys)} | {fmt(compat.get('metrics', {}), keys)} | "
                    f"{fmt(paper, keys) if paper else '–'} | {s['wall_s']:.0f} |")
             rows.append(row)
