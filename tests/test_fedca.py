@@ -168,8 +168,7 @@ def test_pfedrec_batched_equals_reference():
 
 
 def test_pfedrec_runs_and_uploads_table_and_bias(tmp_path, data_dir):
-    s, r = _run(tmp_path, "pfedrec", data_dir, 2, "method=pfedrec model=pfedrec dim=32 lr=0.1 "
-                "num-rounds=2 local-epochs=1")
+    s, r = _run(tmp_path, "pfedrec", data_dir, 2, "num-rounds=2 local-epochs=1", preset="pfedrec-ml100k")
     assert s["status"] == "completed" and s["metrics"]["hr@10"] > 0
     per = 1597 * 32 * 4 + 128 + 4 + 128
     assert r[0]["phases"][0]["bytes_up"] == r[0]["train"]["clients"] * per
