@@ -41,16 +41,15 @@ class FusedEvaluation:
     """Evaluation from the metrics each client sends with its training reply; only the clients
     :meth:`eval_targets` names are asked again (with :meth:`eval_personal`)."""
 
-    def _train_evals(self) -> dict[int, ClientResult]:
-        if not hasattr(self, "_evals"):
-            self._evals: dict[int, ClientResult] = {}
-        return self._evals
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._evals: dict[int, ClientResult] = {}   # this round's metrics sent with training
 
     def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
         if phase == "train":
             mets = {k: v for k, v in result.metrics.items() if k.startswith(("valid/", "test/"))}
             if mets:
-                self._train_evals()[cid] = ClientResult({}, mets)
+                self._evals[cid] = ClientResult({}, mets)
         return super().accept(phase, rnd, cid, result)  # type: ignore[misc]
 
     def eval_targets(self, rnd: int) -> list[int]:
@@ -64,7 +63,7 @@ class FusedEvaluation:
 
     def evaluate(self, transport, rnd: int):
         avail = set(self.available())
-        pooled = {c: r for c, r in self._train_evals().items() if c in avail}
+        pooled = {c: r for c, r in self._evals.items() if c in avail}
         targets = [c for c in self.eval_targets(rnd) if c in avail]
         if targets:
             results, stats = self.exchange(transport, "evaluate", rnd, targets, {},
