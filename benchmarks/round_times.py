@@ -3,9 +3,14 @@
 Prints the median, mean, minimum and maximum round time, the same per phase, and the sum —
 the numbers ``docs/results.md`` compares with a reference implementation's time per round.
 
+``--reference SECONDS`` compares with a fixed time per round; ``--reference-json FILE`` with a
+reference run's per-round log: a JSON object whose ``rounds`` list holds ``{"round": r,
+"round_s": seconds, ...}`` (what ``benchmarks/fedca_authors.md`` has the authors' FedCA code
+write). Both medians are then taken over the rounds the two runs have in common.
+
 Usage::
 
-    python benchmarks/round_times.py RUN_DIR [--reference SECONDS]
+    python benchmarks/round_times.py RUN_DIR [--reference SECONDS | --reference-json FILE]
 """
 
 from __future__ import annotations
@@ -16,14 +21,33 @@ import statistics
 from pathlib import Path
 
 
+def reference_rounds(path: Path) -> dict[int, float]:
+    """``{round: seconds}`` from a reference run's JSON log."""
+    try:
+        data = json.loads(path.read_text())
+        return {int(r["round"]): float(r["round_s"]) for r in data["rounds"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"{path}: expected a JSON object with a 'rounds' list of "
+                         f"{{'round': int, 'round_s': float}} entries ({e!r})") from None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir")
-    ap.add_argument("--reference", type=float, help="a reference time per round to compare with")
+    ref = ap.add_mutually_exclusive_group()
+    ref.add_argument("--reference", type=float, help="a reference time per round to compare with")
+    ref.add_argument("--reference-json", help="a reference run's per-round log (see above)")
     args = ap.parse_args()
     rounds = [json.loads(x) for x in (Path(args.run_dir) / "rounds.jsonl").read_text().splitlines()]
     if not rounds:
         raise SystemExit(f"{args.run_dir}: no rounds recorded")
+    if args.reference_json:
+        ref_rounds = reference_rounds(Path(args.reference_json))
+        common = sorted(set(ref_rounds) & {r["round"] for r in rounds})
+        if not common:
+            raise SystemExit(f"{args.reference_json}: no round in common with {args.run_dir}")
+        rounds = [r for r in rounds if r["round"] in common]
+        args.reference = statistics.median(ref_rounds[r] for r in common)
     walls = [r["wall_s"] for r in rounds]
     out = {"rounds": len(rounds), "median_s": statistics.median(walls), "mean_s": statistics.fmean(walls),
            "min_s": min(walls), "max_s": max(walls), "total_s": sum(walls), "phases": {}}
@@ -33,6 +57,8 @@ def main() -> None:
     if args.reference:
         out["reference_s"] = args.reference
         out["median_over_reference"] = out["median_s"] / args.reference
+        if args.reference_json:
+            out["reference_json"] = args.reference_json
     summary = Path(args.run_dir) / "summary.json"
     if summary.exists():
         out["run_wall_s"] = json.loads(summary.read_text())["wall_s"]

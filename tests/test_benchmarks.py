@@ -1,0 +1,56 @@
+"""The benchmark helpers that docs/results.md quotes: round_times' medians and its reference."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "round_times.py"), *args],
+                          capture_output=True, text=True)
+
+
+def _run_dir(tmp_path: Path, walls: list[float]) -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    lines = [json.dumps({"round": i + 1, "wall_s": w,
+                         "phases": [{"name": "train", "wall_s": w - 1.0}, {"name": "evaluate", "wall_s": 1.0}]})
+             for i, w in enumerate(walls)]
+    (d / "rounds.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_round_times_median_and_fixed_reference(tmp_path):
+    d = _run_dir(tmp_path, [4.0, 10.0, 6.0])
+    out = json.loads(_run(str(d), "--reference", "12").stdout)
+    assert out["rounds"] == 3 and out["median_s"] == 6.0 and out["total_s"] == 20.0
+    assert out["phases"]["train"]["median_s"] == 5.0
+    assert out["median_over_reference"] == 0.5
+
+
+def test_round_times_reference_json_uses_common_rounds(tmp_path):
+    d = _run_dir(tmp_path, [4.0, 10.0, 6.0])
+    ref = tmp_path / "ref.json"
+    # the reference ran 2 rounds only: both medians are over rounds 1-2
+    ref.write_text(json.dumps({"rounds": [{"round": 1, "round_s": 40.0}, {"round": 2, "round_s": 60.0}]}))
+    out = json.loads(_run(str(d), "--reference-json", str(ref)).stdout)
+    assert out["rounds"] == 2 and out["median_s"] == 7.0
+    assert out["reference_s"] == 50.0
+    assert abs(out["median_over_reference"] - 0.14) < 1e-12
+
+
+def test_round_times_rejects_a_bad_reference(tmp_path):
+    d = _run_dir(tmp_path, [4.0])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"rounds": [{"round": 1}]}))
+    res = _run(str(d), "--reference-json", str(bad))
+    assert res.returncode != 0 and "round_s" in res.stderr
+    far = tmp_path / "far.json"
+    far.write_text(json.dumps({"rounds": [{"round": 9, "round_s": 1.0}]}))
+    res = _run(str(d), "--reference-json", str(far))
+    assert res.returncode != 0 and "no round in common" in res.stderr
