@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "round_times.py"), *args],
-                          capture_output=True, text=True)
+                          check=False, capture_output=True, text=True)
 
 
 def _run_dir(tmp_path: Path, walls: list[float]) -> Path:
@@ -54,3 +54,33 @@ def test_round_times_rejects_a_bad_reference(tmp_path):
     far.write_text(json.dumps({"rounds": [{"round": 9, "round_s": 1.0}]}))
     res = _run(str(d), "--reference-json", str(far))
     assert res.returncode != 0 and "no round in common" in res.stderr
+
+
+def _curve_run(tmp_path: Path, tests: list[float], valids: list[float]) -> Path:
+    d = tmp_path / "curve-run"
+    d.mkdir()
+    lines = [json.dumps({"round": i + 1, "wall_s": 2.0,
+                         "compat": {"hr@10": t, "ndcg@10": t / 2},
+                         "valid_compat": {"hr@10": v, "ndcg@10": v / 2}})
+             for i, (t, v) in enumerate(zip(tests, valids))]
+    (d / "rounds.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_compare_curves_selections_and_gap(tmp_path):
+    d = _curve_run(tmp_path, tests=[0.1, 0.5, 0.5, 0.4], valids=[0.2, 0.6, 0.6, 0.1])
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"rounds": [
+        {"round": r, "test_hr": t, "test_ndcg": t, "val_hr": t, "val_ndcg": t, "round_s": 20.0}
+        for r, t in ((1, 0.2), (2, 0.3), (3, 0.3))]}))
+    out_csv = tmp_path / "cmp.csv"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_curves.py"), str(d), str(ref),
+                          "--csv", str(out_csv)], check=False, capture_output=True, text=True)
+    out = json.loads(res.stdout)
+    assert out["rounds"] == 3                                   # round 4 has no reference
+    assert out["ours"]["paper_compat"] == {"round": 3, "hr": 0.5, "ndcg": 0.25}   # ties: later wins
+    assert out["ours"]["valid_selected"]["round"] == 2                             # ties: first wins
+    assert out["reference"]["paper_compat"]["round"] == 3
+    assert abs(out["mean_test_hr_gap_ours_minus_reference"] - (-0.1 + 0.2 + 0.2) / 3) < 1e-12
+    assert out["ours"]["median_round_s"] == 2.0 and out["reference"]["median_round_s"] == 20.0
+    assert len(out_csv.read_text().splitlines()) == 4
