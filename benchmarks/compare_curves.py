@@ -37,8 +37,11 @@ def ours(run_dir: Path) -> dict[int, dict[str, float]]:
     return out
 
 
-def reference(path: Path) -> dict[int, dict[str, float]]:
-    keys = ("test_hr", "test_ndcg", "val_hr", "val_ndcg", "round_s")
+CURVE_KEYS = ("test_hr", "test_ndcg", "val_hr", "val_ndcg", "round_s")
+
+
+def reference(path: Path, keys: tuple[str, ...] = CURVE_KEYS) -> dict[int, dict[str, float]]:
+    """``{round: {key: value}}`` from a reference run's JSON log; a clear error names what is missing."""
     try:
         data = json.loads(path.read_text())
         return {int(r["round"]): {k: float(r[k]) for k in keys} for r in data["rounds"]}

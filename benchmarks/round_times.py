@@ -20,15 +20,12 @@ import json
 import statistics
 from pathlib import Path
 
+from compare_curves import reference  # same directory: on sys.path when run as a script
+
 
 def reference_rounds(path: Path) -> dict[int, float]:
-    """``{round: seconds}`` from a reference run's JSON log."""
-    try:
-        data = json.loads(path.read_text())
-        return {int(r["round"]): float(r["round_s"]) for r in data["rounds"]}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"{path}: expected a JSON object with a 'rounds' list of "
-                         f"{{'round': int, 'round_s': float}} entries ({e!r})") from None
+    """``{round: seconds}`` from a reference run's JSON log (``compare_curves.reference``)."""
+    return {r: row["round_s"] for r, row in reference(path, keys=("round_s",)).items()}
 
 
 def main() -> None:
@@ -54,7 +51,7 @@ def main() -> None:
     for name in sorted({p["name"] for r in rounds for p in r["phases"]}):
         ws = [p["wall_s"] for r in rounds for p in r["phases"] if p["name"] == name]
         out["phases"][name] = {"median_s": statistics.median(ws), "mean_s": statistics.fmean(ws)}
-    if args.reference:
+    if args.reference is not None:
         out["reference_s"] = args.reference
         out["median_over_reference"] = out["median_s"] / args.reference
         if args.reference_json:
