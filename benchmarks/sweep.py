@@ -1,7 +1,8 @@
 """Run presets with overrides through ``corolla run`` and tabulate their summaries.
 
 Each run is ``corolla run --preset P [--set k=v ...] --mode MODE --out RUNS/<P>+<k=v>...``; a run
-whose ``summary.json`` already says ``completed`` is not run again. The summaries are copied to
+whose ``summary.json`` already says ``completed`` and whose recorded configuration equals what the
+preset and overrides resolve to now is not run again (a preset edited since is re-run). The summaries are copied to
 ``docs/results/<P>+<k=v>....json`` with ``--record`` and a markdown table is printed: the
 validation-selected test metrics, the paper-compatible ones (for FedCA: the best-test round,
 ties against the positive) and the paper's numbers.
@@ -34,10 +35,21 @@ def run_name(preset: str, overrides: list[str]) -> str:
     return "+".join([preset] + overrides)
 
 
+def reusable(summary: Path, preset: str, overrides: list[str]) -> bool:
+    """True when ``summary`` is a completed run of exactly ``preset`` with ``overrides`` as they resolve now."""
+    if not summary.exists():
+        return False
+    done = json.loads(summary.read_text())
+    if done.get("status") != "completed":
+        return False
+    from corolla.config import parse_overrides, resolve
+    return done.get("config") == resolve(preset, parse_overrides(overrides))
+
+
 def run_one(preset: str, overrides: list[str], args) -> dict:
     out = Path(args.runs) / run_name(preset, overrides)
     summary = out / "summary.json"
-    if summary.exists() and json.loads(summary.read_text()).get("status") == "completed":
+    if reusable(summary, preset, overrides):
         return json.loads(summary.read_text())
     if out.exists():
         shutil.rmtree(out)

@@ -84,3 +84,23 @@ def test_compare_curves_selections_and_gap(tmp_path):
     assert abs(out["mean_test_hr_gap_ours_minus_reference"] - (-0.1 + 0.2 + 0.2) / 3) < 1e-12
     assert out["ours"]["median_round_s"] == 2.0 and out["reference"]["median_round_s"] == 20.0
     assert len(out_csv.read_text().splitlines()) == 4
+
+
+def test_sweep_reuses_a_run_only_if_its_config_is_what_the_preset_resolves_to_now(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import sweep
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from corolla.config import resolve
+
+    summary = tmp_path / "summary.json"
+    assert not sweep.reusable(summary, "fedca-pmf-ml100k", ["fedca-rho=0.7"])
+    cfg = resolve("fedca-pmf-ml100k", {"fedca-rho": 0.7})
+    summary.write_text(json.dumps({"status": "completed", "config": cfg}))
+    assert sweep.reusable(summary, "fedca-pmf-ml100k", ["fedca-rho=0.7"])
+    # the same run directory name, but the preset (here: the override) now resolves differently
+    assert not sweep.reusable(summary, "fedca-pmf-ml100k", ["fedca-rho=0.8"])
+    assert not sweep.reusable(summary, "fedca-pmf-ml100k", [])
+    summary.write_text(json.dumps({"status": "interrupted", "config": cfg}))
+    assert not sweep.reusable(summary, "fedca-pmf-ml100k", ["fedca-rho=0.7"])
