@@ -99,8 +99,13 @@ def test_sweep_reuses_a_run_only_if_its_config_is_what_the_preset_resolves_to_no
     cfg = resolve("fedca-pmf-ml100k", {"fedca-rho": 0.7})
     summary.write_text(json.dumps({"status": "completed", "config": cfg}))
     assert sweep.reusable(summary, "fedca-pmf-ml100k", ["fedca-rho=0.7"])
-    # the same run directory name, but the preset (here: the override) now resolves differently
     assert not sweep.reusable(summary, "fedca-pmf-ml100k", ["fedca-rho=0.8"])
+    # a run of the plain preset made before the preset was edited (same run name, older config)
+    stale = dict(resolve("fedca-pmf-ml100k"))
+    summary.write_text(json.dumps({"status": "completed", "config": stale}))
+    assert sweep.reusable(summary, "fedca-pmf-ml100k", [])
+    stale["fedca-rho"] = 0.5 if stale["fedca-rho"] != 0.5 else 0.6
+    summary.write_text(json.dumps({"status": "completed", "config": stale}))
     assert not sweep.reusable(summary, "fedca-pmf-ml100k", [])
     summary.write_text(json.dumps({"status": "interrupted", "config": cfg}))
     assert not sweep.reusable(summary, "fedca-pmf-ml100k", ["fedca-rho=0.7"])
