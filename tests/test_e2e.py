@@ -29,8 +29,14 @@ def corolla(args, out, data_dir, **kw):
     cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", "fedavg-mf-ml100k", "--data-dir", data_dir,
            "--out", str(out)] + args
     env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
+    # as a command typed at a terminal: SIGINT at its default, even when pytest itself was started
+    # in the background of a script (which ignores SIGINT, and Python then keeps it ignored)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, **kw)
+                            start_new_session=True, preexec_fn=_default_sigint, **kw)
+
+
+def _default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def sets(extra=()):
