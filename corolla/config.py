@@ -68,6 +68,7 @@ SCHEMA: dict[str, Key] = {
     "select-tie": Key("first", "which of equal validation values wins: 'first' (strict >) or 'last' (>=)", ("first", "last")),
     "patience": Key(0, "stop after this many rounds without validation improvement (0 = never)"),
     "eval-every": Key(1, "evaluate every N rounds (and always after the last)"),
+    "fused-evaluation": Key(True, "a round's evaluation travels inside the round's messages (after its last phase where the method allows, else with the next round's first message, the clients evaluating before they train), so a round is one message per node; false: a separate evaluate message after every evaluated round (same metrics, tested)"),
     # --- model and local training
     "dim": Key(64, "embedding dimension"),
     "init-std": Key(0.1, "std of the normal initialisation of embeddings"),

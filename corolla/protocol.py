@@ -13,6 +13,15 @@ The reply holds, per hosted targeted logical client, ``c<cid>`` (its payload, Ar
 failed, ``e<cid>`` (ConfigRecord ``error``). The handshake reply holds ``node`` (ConfigRecord
 ``hosted``: JSON ``{cid: {"users": n, "train": n}}``, ``n-items``).
 
+**Fused evaluation.** A phase message may also carry the evaluation of a round, so that a round
+costs one exchange per node: config ``eval-round`` (the round whose models are evaluated),
+``eval-clients`` (JSON list), ``eval-when`` (``before``: evaluate first, then run the phase, the
+previous round's evaluation travelling with the next round's message; ``after``: run the phase,
+then evaluate its result) and ``eval-shared`` (``own``: the arrays are in ``eval-global``;
+``global``: the evaluation uses the phase's own ``global`` arrays, sent once; ``none``).
+Per-client evaluation downloads are ``vc<cid>``; the reply carries ``vm<cid>`` (the metrics) or
+``ve<cid>`` (the error) per evaluated client, beside the phase's own records.
+
 Bytes are counted as the serialised array data (``len(Array.data)``: the ``.npy`` bytes, header
 included) of every ArrayRecord in a message: shared ``global`` arrays once per node.
 """
@@ -34,6 +43,18 @@ def metric_key(cid: int) -> str:
 
 def error_key(cid: int) -> str:
     return f"e{cid}"
+
+
+def eval_client_key(cid: int) -> str:
+    return f"vc{cid}"
+
+
+def eval_metric_key(cid: int) -> str:
+    return f"vm{cid}"
+
+
+def eval_error_key(cid: int) -> str:
+    return f"ve{cid}"
 
 
 @dataclass(frozen=True)

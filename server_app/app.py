@@ -88,7 +88,7 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
         else:
             strategy.handshake(transport, transport.node_ids())
         if cfg["export-topk"] > 0:
-            export_topk(strategy, transport, out)
+            export_topk(strategy, transport, out, recorder.history[-1]["round"] if recorder.history else 0)
     except BaseException:
         status = "failed"
         log(ERROR, "run failed:\n%s", traceback.format_exc())
@@ -106,12 +106,12 @@ def wait_for_nodes(transport: Transport, n: int, timeout: float = 120.0) -> None
     log(INFO, "%d SuperNodes connected", len(transport.node_ids()))
 
 
-def export_topk(strategy, transport: Transport, out: Path) -> None:
-    """Ask every available client for its users' top-K (final models) and write ``topk.jsonl``."""
-    rnd = 10**9  # the clients load their newest state
+def export_topk(strategy, transport: Transport, out: Path, last_round: int) -> None:
+    """Ask every available client for its users' top-K with its models after ``last_round`` (the
+    last recorded round: a round trained before an early stop is not used) and write ``topk.jsonl``."""
     targets = strategy.available()
-    shared, personal = strategy.evaluate_download(rnd, targets)
-    results, _ = strategy.exchange(transport, "topk", rnd, targets, shared, personal)
+    shared, personal = strategy.evaluate_download(last_round, targets)
+    results, _, _ = strategy.exchange(transport, "topk", last_round, targets, shared, personal)
     lines = []
     for cid in sorted(results):
         m: dict[str, Any] = results[cid].metrics

@@ -37,6 +37,7 @@ class RunRecorder:
         self.t_start = time.time()
         self.wall_before = 0.0  # wall time of earlier (resumed-from) sessions
         self.stopped_early = False
+        self.discarded: list[dict[str, Any]] = []  # phases sent but not used (after an early stop)
 
     # ---------------------------------------------------------------- per phase / round
     def progress(self, rnd: int, phase: str, stats, ok: int, targets: int) -> None:
@@ -70,6 +71,12 @@ class RunRecorder:
         self.stopped_early = stop and rnd < self.cfg["num-rounds"]
         self.checkpoint(strategy, rnd)
         return stop
+
+    def discard(self, stats) -> None:
+        """A phase whose results are not used (a round trained before the early stop that its
+        fused evaluation decided); its bytes still count in the summary."""
+        self.discarded.append(stats.as_dict())
+        append_line(self.out / "progress.log", f"round results of phase {stats.name} discarded (early stop)")
 
     # ---------------------------------------------------------------- selection
     def _evaluated(self) -> list[dict[str, Any]]:
@@ -132,8 +139,9 @@ class RunRecorder:
     # ---------------------------------------------------------------- summary
     def summary(self, status: str) -> dict[str, Any]:
         sel = self.select()
-        phases_up = sum(p["bytes_up"] for h in self.history for p in h["phases"])
-        phases_down = sum(p["bytes_down"] for h in self.history for p in h["phases"])
+        phases = [p for h in self.history for p in h["phases"]] + self.discarded
+        phases_up = sum(p["bytes_up"] for p in phases)
+        phases_down = sum(p["bytes_down"] for p in phases)
         out: dict[str, Any] = {
             "status": status,
             "preset": self.preset,
@@ -151,6 +159,7 @@ class RunRecorder:
             "bytes_up": phases_up,
             "bytes_down": phases_down,
             "wall_s": round(self.wall_before + time.time() - self.t_start, 3),
+            **({"discarded_phases": self.discarded} if self.discarded else {}),
             # peak resident memory of the ServerApp process (Linux: ru_maxrss in KiB)
             "server_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "config": self.cfg,

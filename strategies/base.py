@@ -30,7 +30,8 @@ from flwr.serverapp.strategy import Strategy
 
 from corolla import metrics as M
 from corolla.config import int_list
-from corolla.protocol import ArraySpec, PayloadError, client_key, error_key, metric_key, validate_payload
+from corolla.protocol import (ArraySpec, PayloadError, client_key, error_key, eval_client_key, eval_error_key,
+                              eval_metric_key, metric_key, validate_payload)
 from corolla.util import rng
 from strategies.transport import TIMEOUT_PREFIX, GridTransport, Transport
 
@@ -78,6 +79,7 @@ class CorollaStrategy(Strategy):
         self.dead_nodes: set[int] = set()
         self.restore_round = 0
         self.run_info: dict[str, Any] = {}              # run-key, state-dir, data-dir, cfg JSON
+        self._reply_evals: dict[int, ClientResult] = {}  # this round's metrics sent with training
 
     # ------------------------------------------------------------------ hooks
     def setup(self) -> None:
@@ -140,33 +142,60 @@ class CorollaStrategy(Strategy):
         return ConfigRecord({"phase": phase, "round": rnd, "clients": json.dumps(cids),
                              "restore-round": self.restore_round, **self.run_info})
 
-    def build_contents(self, phase: str, rnd: int, targets: list[int], shared, personal
-                       ) -> tuple[list[tuple[int, RecordDict]], int]:
-        """Messages ``(node, content)`` for ``targets``; returns (messages, bytes down).
+    def build_contents(self, phase: str, rnd: int, targets: list[int], shared, personal,
+                       ev: EvalRequest | None = None) -> tuple[list[tuple[int, RecordDict]], int]:
+        """Messages ``(node, content)`` for ``targets`` (and the evaluation ``ev`` carried with
+        them); returns (messages, bytes down).
 
         A node gets one message with all its targeted logical clients, or several of at most
         ``clients-per-message`` clients each (which bounds message size and server memory).
+        Evaluation arrays equal to the phase's shared arrays are sent once (``eval-shared``).
         """
         msgs: list[tuple[int, RecordDict]] = []
         down = 0
         tset = set(targets)
+        eset = set(ev.targets) if ev is not None else set()
         shared_rec = to_record(shared) if shared else None
+        how = "none"
+        ev_rec = None
+        if ev is not None and ev.shared:
+            if shared and same_arrays(ev.shared, shared):
+                how = "global"
+            else:
+                how, ev_rec = "own", to_record(ev.shared)
         cpm = int(self.cfg.get("clients-per-message", 0) or 0)
         for node, cids in sorted(self.nodes.items()):
-            mine = [c for c in cids if c in tset]
+            mine = [c for c in cids if c in tset or c in eset]
             if node in self.dead_nodes or not mine:
                 continue
             chunks = [mine[i:i + cpm] for i in range(0, len(mine), cpm)] if cpm > 0 else [mine]
             for chunk in chunks:
-                rd = RecordDict({"config": self._config(phase, rnd, chunk)})
-                if shared_rec is not None:
+                train = [c for c in chunk if c in tset]
+                evs = [c for c in chunk if c in eset]
+                conf = self._config(phase, rnd, train)
+                rd = RecordDict({"config": conf})
+                if shared_rec is not None and (train or (evs and how == "global")):
                     rd["global"] = shared_rec
                     down += record_bytes(shared_rec)
-                for c in chunk:
+                for c in train:
                     if c in personal:
                         rec = to_record(personal[c])
                         rd[client_key(c)] = rec
                         down += record_bytes(rec)
+                if evs:
+                    assert ev is not None
+                    conf["eval-round"] = ev.rnd
+                    conf["eval-clients"] = json.dumps(evs)
+                    conf["eval-when"] = ev.when
+                    conf["eval-shared"] = how
+                    if ev_rec is not None:
+                        rd["eval-global"] = ev_rec
+                        down += record_bytes(ev_rec)
+                    for c in evs:
+                        if ev.personal.get(c):
+                            rec = to_record(ev.personal[c])
+                            rd[eval_client_key(c)] = rec
+                            down += record_bytes(rec)
                 msgs.append((node, rd))
         return msgs, down
 
@@ -175,70 +204,99 @@ class CorollaStrategy(Strategy):
 
         A strategy with large payloads folds ``result.payload`` into a running aggregate here and
         returns the result without its payload, so the server never holds all payloads at once.
+        The base keeps the evaluation metrics a client sent with its training reply (methods
+        whose clients evaluate their own post-training model, e.g. the one-user harness).
         """
+        if phase not in ("evaluate", "topk"):
+            mets = {k: v for k, v in result.metrics.items() if k.startswith(("valid/", "test/"))}
+            if mets:
+                self._reply_evals[cid] = ClientResult({}, mets)
         return result
 
+    def _client_result(self, phase: str, rep: RecordDict, c: int, stats: PhaseStats, keys) -> ClientResult | None:
+        """The validated result of logical client ``c`` in reply ``rep`` (None: excluded)."""
+        payload_key, metrics_key, err_key = keys
+        if err_key(c) in rep:
+            err = str(rep[err_key(c)]["error"])
+            log(WARNING, "logical client %s raised in phase %s; excluded:\n%s", c, phase, err)
+            stats.excluded.append({"client": c, "reason": err.strip().splitlines()[-1][:300]})
+            return None
+        if metrics_key(c) not in rep:
+            stats.excluded.append({"client": c, "reason": "no reply record"})
+            return None
+        payload = {}
+        if payload_key(c) in rep:
+            rec = rep[payload_key(c)]
+            stats.bytes_up += record_bytes(rec)
+            payload = {k: v.numpy() for k, v in rec.items()}
+        mets = dict(rep[metrics_key(c)])
+        try:
+            if phase != "evaluate" and phase != "topk":
+                validate_payload(payload, self.expected_payload(phase, c))
+                n = mets.get("num-examples", 0)
+                if not (isinstance(n, (int, float)) and math.isfinite(n) and n >= 0):
+                    raise PayloadError(f"num-examples: expected a finite number >= 0, got {n!r}")
+        except PayloadError as e:
+            log(WARNING, "logical client %s: invalid payload in phase %s (%s); excluded", c, phase, e)
+            stats.excluded.append({"client": c, "reason": f"invalid payload: {e}"})
+            return None
+        return ClientResult(payload, mets)
+
     def parse_replies(self, phase: str, sent: list[tuple[int, RecordDict]], replies, stats: PhaseStats,
-                      rnd: int = 0) -> dict[int, ClientResult]:
-        """Validate replies (an iterable of ``(message index, reply)``); returns the valid results."""
+                      rnd: int = 0) -> tuple[dict[int, ClientResult], dict[int, ClientResult]]:
+        """Validate replies (an iterable of ``(message index, reply)``); returns the valid results
+        of the phase and of the evaluation the messages carried."""
         out: dict[int, ClientResult] = {}
+        evals: dict[int, ClientResult] = {}
+        phase_keys = (client_key, metric_key, error_key)
+        eval_keys = (eval_client_key, eval_metric_key, eval_error_key)
         for idx, rep in replies:
             node, content = sent[idx]
-            cids = json.loads(content["config"]["clients"])
+            conf = content["config"]
+            cids = json.loads(conf["clients"])
+            ecids = json.loads(conf["eval-clients"]) if "eval-clients" in conf else []
             if isinstance(rep, str):
+                gone = sorted(set(cids) | set(ecids))
                 if rep.startswith(TIMEOUT_PREFIX):
                     # slow or gone: this phase loses its contribution; it is asked again next round
                     # unless the SuperLink has dropped it from the node list by then
                     log(WARNING, "node %s: %s in phase %s; its logical clients %s are excluded from "
-                        "this phase", node, rep, phase, cids)
+                        "this phase", node, rep, phase, gone)
                 else:
                     log(WARNING, "node %s failed in phase %s (%s); its logical clients %s are excluded "
-                        "from this run", node, phase, rep.splitlines()[0] if rep else rep, cids)
+                        "from this run", node, phase, rep.splitlines()[0] if rep else rep, gone)
                     self.dead_nodes.add(node)
-                stats.excluded += [{"client": c, "reason": f"node failed: {rep[:200]}"} for c in cids]
+                stats.excluded += [{"client": c, "reason": f"node failed: {rep[:200]}"} for c in gone]
                 continue
             stats.replies += 1
             node_compute = 0.0
+            for c in set(cids) | set(ecids):
+                for mk in (metric_key(c), eval_metric_key(c)):
+                    if mk in rep:
+                        node_compute += float(rep[mk].get("compute-s", 0.0))
+            for c in ecids:
+                res = self._client_result("evaluate", rep, c, stats, eval_keys)
+                if res is not None:
+                    evals[c] = res
             for c in cids:
-                if metric_key(c) in rep:
-                    node_compute += float(rep[metric_key(c)].get("compute-s", 0.0))
-                if error_key(c) in rep:
-                    err = str(rep[error_key(c)]["error"])
-                    log(WARNING, "logical client %s raised in phase %s; excluded:\n%s", c, phase, err)
-                    stats.excluded.append({"client": c, "reason": err.strip().splitlines()[-1][:300]})
-                    continue
-                if metric_key(c) not in rep:
-                    stats.excluded.append({"client": c, "reason": "no reply record"})
-                    continue
-                payload = {}
-                if client_key(c) in rep:
-                    rec = rep[client_key(c)]
-                    stats.bytes_up += record_bytes(rec)
-                    payload = {k: v.numpy() for k, v in rec.items()}
-                mets = dict(rep[metric_key(c)])
-                try:
-                    if phase != "evaluate" and phase != "topk":
-                        validate_payload(payload, self.expected_payload(phase, c))
-                        n = mets.get("num-examples", 0)
-                        if not (isinstance(n, (int, float)) and math.isfinite(n) and n >= 0):
-                            raise PayloadError(f"num-examples: expected a finite number >= 0, got {n!r}")
-                except PayloadError as e:
-                    log(WARNING, "logical client %s: invalid payload in phase %s (%s); excluded", c, phase, e)
-                    stats.excluded.append({"client": c, "reason": f"invalid payload: {e}"})
-                    continue
-                out[c] = self.accept(phase, rnd, c, ClientResult(payload, mets))
+                res = self._client_result(phase, rep, c, stats, phase_keys)
+                if res is not None:
+                    out[c] = self.accept(phase, rnd, c, res)
             stats.compute_s = max(stats.compute_s, node_compute)
-        return out
+        return out, evals
 
-    def exchange(self, transport: Transport, phase: str, rnd: int, targets: list[int], shared, personal
-                 ) -> tuple[dict[int, ClientResult], PhaseStats]:
+    def exchange(self, transport: Transport, phase: str, rnd: int, targets: list[int], shared, personal,
+                 ev: EvalRequest | None = None
+                 ) -> tuple[dict[int, ClientResult], PhaseStats, dict[int, ClientResult]]:
+        """One phase: build the messages, exchange them, validate the replies. Returns the phase's
+        results, its stats and the results of the evaluation ``ev`` it carried."""
         t0 = time.perf_counter()
-        stats = PhaseStats(phase)
-        contents, stats.bytes_down = self.build_contents(phase, rnd, targets, shared, personal)
+        stats = PhaseStats(phase if ev is None else f"{phase}+evaluate")
+        contents, stats.bytes_down = self.build_contents(phase, rnd, targets, shared, personal, ev)
         replies = transport.exchange(contents, self.message_type(phase), self.cfg["phase-timeout"]) if contents else []
-        results = self.parse_replies(phase, contents, replies, stats, rnd)
+        results, evals = self.parse_replies(phase, contents, replies, stats, rnd)
         stats.wall_s = time.perf_counter() - t0
-        return results, stats
+        return results, stats, evals
 
     # ------------------------------------------------------------------ nodes
     def handshake(self, transport: Transport, node_ids: list[int]) -> None:
@@ -284,11 +342,47 @@ class CorollaStrategy(Strategy):
         return sorted(c for c, v in self.clients.items() if v["node"] not in self.dead_nodes)
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, transport: Transport, rnd: int) -> tuple[dict[str, Any], PhaseStats]:
-        targets = self.available()
-        shared, personal = self.evaluate_download(rnd, targets)
-        results, stats = self.exchange(transport, "evaluate", rnd, targets, shared, personal)
-        return self.aggregate_metrics(results), stats
+    def evaluates(self, rnd: int, num_rounds: int) -> bool:
+        """Round ``rnd`` is evaluated: every ``eval-every`` rounds and after the last."""
+        return rnd % self.cfg["eval-every"] == 0 or rnd == num_rounds
+
+    def eval_targets(self, rnd: int, replied: set[int]) -> list[int]:
+        """*hook*: the logical clients asked to evaluate round ``rnd``; ``replied`` sent their
+        metrics with their training reply already. Default: every available client that did not."""
+        return [c for c in self.available() if c not in replied]
+
+    def eval_fuses_after(self, rnd: int) -> bool:
+        """*hook*: True when round ``rnd``'s evaluation may run on the clients right after the
+        round's last phase, in that phase's message (its ``evaluate_download`` must not depend on
+        that phase's replies). Otherwise it travels with the next round's first message."""
+        return False
+
+    def evaluated(self, rnd: int, results: dict[int, ClientResult]) -> None:
+        """*hook*: called with the results of round ``rnd``'s evaluation exchange."""
+
+    def evaluation_request(self, rnd: int, when: str) -> EvalRequest:
+        targets = self.eval_targets(rnd, set(self._reply_evals))
+        shared, personal = self.evaluate_download(rnd, targets) if targets else ({}, {})
+        return EvalRequest(rnd, targets, shared, personal, when, set(self.available()))
+
+    def finish_evaluation(self, ev: EvalRequest, results: dict[int, ClientResult],
+                          reply_evals: dict[int, ClientResult]) -> dict[str, Any]:
+        """Round ``ev.rnd``'s metrics: those sent with training replies, updated by the results
+        of its evaluation exchange (over the clients available when it was requested)."""
+        if ev.targets:
+            self.evaluated(ev.rnd, results)
+        pooled = {c: r for c, r in reply_evals.items() if c in ev.available}
+        pooled.update(results)
+        return self.aggregate_metrics(pooled)
+
+    def evaluate(self, transport: Transport, rnd: int) -> tuple[dict[str, Any], PhaseStats | None]:
+        """Round ``rnd``'s evaluation in an exchange of its own (None: no client had to be asked)."""
+        ev = self.evaluation_request(rnd, "before")
+        reply_evals, self._reply_evals = self._reply_evals, {}
+        results, stats = {}, None
+        if ev.targets:
+            results, stats, _ = self.exchange(transport, "evaluate", rnd, ev.targets, ev.shared, ev.personal)
+        return self.finish_evaluation(ev, results, reply_evals), stats
 
     def aggregate_metrics(self, results: dict[int, ClientResult]) -> dict[str, Any]:
         """Pool per-user values over logical clients (in id order) into protocol metrics."""
@@ -326,7 +420,7 @@ class CorollaStrategy(Strategy):
             sent.append((node, RecordDict({"config": self._config("train", server_round, cids)})))
             reps.append((i, f"error {r.error.code}: {r.error.reason}" if r.has_error() else r.content))
         stats = PhaseStats("train")
-        results = self.parse_replies("train", sent, reps, stats, server_round)
+        results, _ = self.parse_replies("train", sent, reps, stats, server_round)
         mets = self.aggregate_phase("train", server_round, results)
         shared, _ = self.evaluate_download(server_round, self.available())
         return (to_record(shared) if shared else None), MetricRecord({k: float(v) for k, v in mets.items()})
@@ -355,8 +449,15 @@ class CorollaStrategy(Strategy):
               start_round: int = 1, **_: Any):
         """Run the rounds (our multi-phase loop instead of Flower's one train + one evaluate).
 
-        ``recorder`` (``server_app.results.RunRecorder``) receives every round's record, writes
-        the checkpoint, and decides early stopping.
+        With ``fused-evaluation`` (the default) a round is one exchange per node and phase: an
+        evaluated round's evaluation runs in its last phase's message (:meth:`eval_fuses_after`)
+        or travels with the next round's first message, where the clients evaluate before they
+        train; only the last round's evaluation (or one with no next phase to carry it) is an
+        exchange of its own. Clients that evaluate in their training reply are not asked again.
+        The evaluated models are the same as with separate evaluation messages (tested).
+
+        ``recorder`` (``server_app.results.RunRecorder``) receives every round's record once its
+        evaluation is known, writes the checkpoint, and decides early stopping.
         """
         transport = transport or GridTransport(grid)
         num_rounds = num_rounds or self.cfg["num-rounds"]
@@ -366,30 +467,121 @@ class CorollaStrategy(Strategy):
                 raise RuntimeError("no node hosts any logical client")
             self.setup()
         self.summary()
+        fuse = bool(self.cfg.get("fused-evaluation", True))
+        deferred: _Deferred | None = None
+
+        def close(rnd, phase_stats, train_metrics, evaluation, wall_s, targets) -> bool:
+            if recorder is None:
+                return False
+            return recorder.end_round(self, rnd, phase_stats, train_metrics, evaluation, wall_s, targets)
+
         for rnd in range(start_round, num_rounds + 1):
             t0 = time.perf_counter()
             self.refresh_nodes(transport)
             if not self.available():
                 raise RuntimeError(f"round {rnd}: no node with logical clients is left")
             targets = self.sample(rnd, self.available())
-            phase_stats, train_metrics = [], {}
-            for phase in self.phases(rnd):
+            self._reply_evals = {}
+            phases = self.phases(rnd)
+            evaluate = self.evaluates(rnd, num_rounds)
+            after = fuse and evaluate and bool(phases) and self.eval_fuses_after(rnd)
+            phase_stats: list[PhaseStats] = []
+            train_metrics: dict[str, Any] = {}
+            after_ev, after_results = None, {}
+            for i, phase in enumerate(phases):
                 shared, personal = self.configure_phase(phase, rnd, targets)
-                results, stats = self.exchange(transport, phase, rnd, targets, shared, personal)
+                ev = None
+                if i == 0 and deferred is not None:
+                    ev = deferred.ev
+                elif i == len(phases) - 1 and after:
+                    ev = after_ev = self.evaluation_request(rnd, "after")
+                results, stats, evals = self.exchange(transport, phase, rnd, targets, shared, personal,
+                                                      ev if ev is not None and ev.targets else None)
+                if recorder:
+                    recorder.progress(rnd, stats.name, stats, len(results), len(targets))
+                if i == 0 and deferred is not None:
+                    d, deferred = deferred, None
+                    evaluation = self.finish_evaluation(d.ev, evals, d.reply_evals)
+                    if close(d.rnd, d.phase_stats, d.train_metrics, evaluation, d.wall_s, d.targets):
+                        # this round's training is not used: the run ends after round d.rnd
+                        if recorder:
+                            recorder.discard(stats)
+                        log(INFO, "early stop after round %d (patience %d)", d.rnd, self.cfg["patience"])
+                        return recorder
+                elif ev is after_ev and ev is not None:
+                    after_results = evals
                 train_metrics.update(self.aggregate_phase(phase, rnd, results))
                 phase_stats.append(stats)
-                if recorder:
-                    recorder.progress(rnd, phase, stats, len(results), len(targets))
+            if deferred is not None:   # no phase this round to carry the previous evaluation
+                d, deferred = deferred, None
+                evaluation, stats = self._evaluate_deferred(transport, d)
+                if stats is not None:
+                    d.phase_stats.append(stats)
+                    if recorder:
+                        recorder.progress(d.rnd, "evaluate", stats, len(d.ev.targets), len(d.ev.targets))
+                if close(d.rnd, d.phase_stats, d.train_metrics, evaluation, d.wall_s, d.targets):
+                    log(INFO, "early stop after round %d (patience %d)", d.rnd, self.cfg["patience"])
+                    return recorder
             evaluation = None
-            if rnd % self.cfg["eval-every"] == 0 or rnd == num_rounds:
-                evaluation, stats = self.evaluate(transport, rnd)
-                phase_stats.append(stats)
-                if recorder:
-                    recorder.progress(rnd, "evaluate", stats, len(self.available()), len(self.available()))
-            if recorder:
-                stop = recorder.end_round(self, rnd, phase_stats, train_metrics, evaluation,
-                                          time.perf_counter() - t0, targets)
-                if stop:
-                    log(INFO, "early stop after round %d (patience %d)", rnd, self.cfg["patience"])
-                    break
+            if evaluate and after_ev is not None:
+                evaluation = self.finish_evaluation(after_ev, after_results, self._reply_evals)
+            elif evaluate:
+                ev = self.evaluation_request(rnd, "before")
+                if ev.targets and fuse and rnd < num_rounds and self.phases(rnd + 1):
+                    deferred = _Deferred(rnd, ev, self._reply_evals, phase_stats, train_metrics,
+                                         time.perf_counter() - t0, targets)
+                    continue
+                results, stats = {}, None
+                if ev.targets:
+                    results, stats, _ = self.exchange(transport, "evaluate", rnd, ev.targets, ev.shared, ev.personal)
+                    phase_stats.append(stats)
+                    if recorder:
+                        recorder.progress(rnd, "evaluate", stats, len(results), len(ev.targets))
+                evaluation = self.finish_evaluation(ev, results, self._reply_evals)
+            if close(rnd, phase_stats, train_metrics, evaluation, time.perf_counter() - t0, targets):
+                log(INFO, "early stop after round %d (patience %d)", rnd, self.cfg["patience"])
+                break
         return recorder
+
+    def _evaluate_deferred(self, transport: Transport, d: _Deferred) -> tuple[dict[str, Any], PhaseStats | None]:
+        ev = d.ev
+        results, stats, _ = self.exchange(transport, "evaluate", ev.rnd, ev.targets, ev.shared, ev.personal)
+        return self.finish_evaluation(ev, results, d.reply_evals), stats
+
+
+@dataclass
+class EvalRequest:
+    """The evaluation of round ``rnd`` by ``targets`` with downloads ``shared``/``personal``,
+    run ``before`` or ``after`` the phase of the message that carries it (``corolla.protocol``);
+    ``available``: the clients available when it was requested."""
+    rnd: int
+    targets: list[int]
+    shared: dict[str, np.ndarray]
+    personal: dict[int, dict[str, np.ndarray]]
+    when: str = "before"
+    available: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _Deferred:
+    """An evaluated round whose evaluation travels with the next round's first message."""
+    rnd: int
+    ev: EvalRequest
+    reply_evals: dict[int, ClientResult]
+    phase_stats: list[PhaseStats]
+    train_metrics: dict[str, Any]
+    wall_s: float
+    targets: list[int]
+
+
+def same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    """Whether two array dicts hold the same keys and values (so they are sent once)."""
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if x is y:
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y):
+            return False
+    return True

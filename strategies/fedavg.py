@@ -8,7 +8,10 @@
 * Local: no aggregation and nothing uploaded; every client trains and evaluates its own model.
 
 Round: ``train`` phase (global shared params down, trained shared params + ``num-examples`` up),
-then ``evaluate`` (global shared params down, per-user metrics up).
+then ``evaluate`` (global shared params down, per-user metrics up). With ``fused-evaluation``
+FedAvg/FCF's evaluation of round t travels with round t+1's ``train`` message (the clients
+evaluate the global parameters they receive, with their round-t user tables, then train from
+them: the global arrays are sent once), and Local's clients evaluate right after training.
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ class FCF(FedAvg):
 class Local(CorollaStrategy):
     def expected_payload(self, phase, cid):
         return {}
+
+    def eval_fuses_after(self, rnd):
+        return True   # each client evaluates its own model right after training, in that message
 
     def aggregate_phase(self, phase, rnd, results):
         losses = [r.metrics.get("train-loss", float("nan")) for r in results.values()]

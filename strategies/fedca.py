@@ -12,12 +12,14 @@ p_v = n_v / Σ n, σ (``fedca-similarity``), c (``fedca-subspace``, ``fedca-matc
 weights w_u of the simplex QP (``fedca-weights``, ``fedca-qp``; ``corolla.composite``), and the
 personalised Q_g[u] = Σ_v w_uv Q_v (every tower tensor with the same weights).
 
-Download (step 10): Q_g[u] goes to u ∈ S only. When round t is evaluated it travels in the
-``evaluate`` phase, which is sent to the S clients only: they interpolate ρ·own + (1−ρ)·Q_g[u],
-keep it as their state and evaluate with it; every other client's metrics are those it sent with
-its training reply (its own post-training parameters, spec B2), so the round's evaluation costs
-one extra message per node, not one per client. When round t is not evaluated Q_g[u] travels
-with round t+1's ``train`` message and is interpolated there (spec B4.1).
+Download (step 10): Q_g[u] goes to u ∈ S only. When round t is evaluated it is the evaluation
+download of the S clients only: they interpolate ρ·own + (1−ρ)·Q_g[u], keep it as their state
+and evaluate with it; every other client's metrics are those it sent with its training reply
+(its own post-training parameters, spec B2). With ``fused-evaluation`` (default) that
+evaluation travels with round t+1's ``train`` message (the S clients evaluate, then train from
+the interpolated state), so a round is one message per node; after the last round it is an
+``evaluate`` message of its own. When round t is not evaluated Q_g[u] travels with round t+1's
+``train`` message and is interpolated there (spec B4.1).
 """
 
 from __future__ import annotations
@@ -33,56 +35,18 @@ from corolla import composite
 from corolla.models import shared_init
 from corolla.protocol import ArraySpec
 from corolla.util import rng
-from strategies.base import ClientResult, CorollaStrategy, PhaseStats
+from strategies.base import ClientResult, CorollaStrategy
 from strategies.fedavg import FCF, FedAvg, Local
 
 
-class FusedEvaluation:
-    """Evaluation from the metrics each client sends with its training reply; only the clients
-    :meth:`eval_targets` names are asked again (with :meth:`eval_personal`)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._evals: dict[int, ClientResult] = {}   # this round's metrics sent with training
-
-    def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
-        if phase == "train":
-            mets = {k: v for k, v in result.metrics.items() if k.startswith(("valid/", "test/"))}
-            if mets:
-                self._evals[cid] = ClientResult({}, mets)
-        return super().accept(phase, rnd, cid, result)  # type: ignore[misc]
-
-    def eval_targets(self, rnd: int) -> list[int]:
-        return []
-
-    def eval_personal(self, rnd: int, targets: list[int]) -> dict[int, dict[str, np.ndarray]]:
-        return {}
-
-    def evaluated(self, rnd: int, results: dict[int, ClientResult]) -> None:
-        """Called with the ``evaluate`` phase's results."""
-
-    def evaluate(self, transport, rnd: int):
-        avail = set(self.available())
-        pooled = {c: r for c, r in self._evals.items() if c in avail}
-        targets = [c for c in self.eval_targets(rnd) if c in avail]
-        if targets:
-            results, stats = self.exchange(transport, "evaluate", rnd, targets, {},
-                                           self.eval_personal(rnd, targets))
-            pooled.update(results)
-            self.evaluated(rnd, results)
-        else:
-            stats = PhaseStats("evaluate")
-        self._evals = {}
-        return self.aggregate_metrics(pooled), stats
-
-
-class FedCA(FusedEvaluation, CorollaStrategy):
+class FedCA(CorollaStrategy):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.pending: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] not yet delivered
         self.subset: list[int] = []
         self._uploads: dict[int, ClientResult] = {}
+        self._delivering: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] in the evaluation in flight
 
     def setup(self) -> None:
         self.shapes = {k: v.shape for k, v in shared_init(self.cfg, self.n_items).items()}
@@ -151,15 +115,21 @@ class FedCA(FusedEvaluation, CorollaStrategy):
             "self-weight": diag, "server-s": time.perf_counter() - t0}
 
     # -------------------------------------------------------------- evaluate
-    def eval_targets(self, rnd):
-        return sorted(self.pending)
+    def eval_targets(self, rnd, replied):
+        """Every client sent its metrics with its training reply; the aggregated ones are asked
+        again with Q_g[u] (they interpolate, keep and evaluate the result)."""
+        return sorted(set(super().eval_targets(rnd, replied)) | set(self.pending))
 
-    def eval_personal(self, rnd, targets):
-        return {c: self.pending[c] for c in targets}
+    def evaluate_download(self, rnd, targets):
+        self._delivering = {c: self.pending.pop(c) for c in targets if c in self.pending}
+        return {}, dict(self._delivering)
 
     def evaluated(self, rnd, results):
-        for c in results:   # delivered and interpolated; a client that missed it gets it next round
-            self.pending.pop(c, None)
+        # delivered and interpolated; a client that missed it gets it with the next training
+        for c, agg in self._delivering.items():
+            if c not in results:
+                self.pending[c] = agg
+        self._delivering = {}
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self):
@@ -190,21 +160,23 @@ class FedAtt(FedAvg):
         return {"train-loss": float(np.nanmean(losses)), "clients": len(cids)}
 
 
-class OneUserFedAvg(FusedEvaluation, FedAvg):
-    pass
+class OneUserFedAvg(FedAvg):
+    """FedAvg on the one-user harness: its clients evaluate in their training reply."""
 
 
-class OneUserFCF(FusedEvaluation, FCF):
-    pass
+class OneUserFCF(FCF):
+    """FCF on the one-user harness: its clients evaluate in their training reply."""
 
 
-class OneUserFedAtt(FusedEvaluation, FedAtt):
-    pass
+class OneUserFedAtt(FedAtt):
+    """FedAtt on the one-user harness: its clients evaluate in their training reply."""
 
 
-class OneUserLocal(FusedEvaluation, Local):
-    pass
+class OneUserLocal(Local):
+    """Local on the one-user harness: its clients evaluate in their training reply."""
 
+    def eval_fuses_after(self, rnd):
+        return False
 
 
 class PFedRec(OneUserFCF):

@@ -101,6 +101,9 @@ class FedCIAParam(CorollaStrategy):
         losses = [r.metrics.get("train-loss", np.nan) for r in results.values()]
         return {"clients": n, "train-loss": float(np.nanmean(losses)) if losses else float("nan")}
 
+    def eval_fuses_after(self, rnd):
+        return True   # the clients evaluate their fine-tuned models in the finetune message
+
     def configure_phase(self, phase, rnd, targets):
         if phase == "finetune" and self.c_s is not None:
             return {"sim": self.c_s}, {}

@@ -36,16 +36,23 @@ def test_twenty_nodes_equal_two_nodes(tmp_path, data_dir):
     assert r["phases"][0]["bytes_down"] == 8 * (1682 * 8 * 4 + 128) and r["phases"][0]["replies"] == 8
 
 
-def test_bytes_equal_payload_sizes(tmp_path, data_dir):
-    s, _ = run(tmp_path, "bytes", data_dir, nodes=3)
+@pytest.mark.parametrize("fused", [True, False])
+def test_bytes_equal_payload_sizes(tmp_path, data_dir, fused):
+    s, _ = run(tmp_path, "bytes", data_dir, nodes=3, extra=f"fused-evaluation={str(fused).lower()}")
     item_table = 1682 * 8 * 4 + 128  # float32 .npy: data + 128-byte header
     rounds = [json.loads(x) for x in open(tmp_path / "bytes" / "rounds.jsonl")]
     for r in rounds:
-        train, ev = r["phases"]
-        assert train["name"] == "train" and train["bytes_up"] == 20 * item_table
-        assert train["bytes_down"] == 3 * item_table  # the global table once per node
-        assert ev["bytes_up"] == 0 and ev["bytes_down"] == 3 * item_table
-    assert s["bytes_up"] == 3 * 20 * item_table and s["bytes_down"] == 3 * 6 * item_table
+        train = r["phases"][0]
+        assert train["name"] == ("train" if r["round"] == 1 or not fused else "train+evaluate")
+        assert train["bytes_up"] == 20 * item_table
+        assert train["bytes_down"] == 3 * item_table  # the global table once per node (also for the evaluation)
+        evs = r["phases"][1:]
+        assert len(evs) == (1 if not fused or r["round"] == 3 else 0)
+        for ev in evs:
+            assert ev["name"] == "evaluate" and ev["bytes_up"] == 0 and ev["bytes_down"] == 3 * item_table
+    assert s["bytes_up"] == 3 * 20 * item_table
+    # separate evaluation: the table goes down twice a round; fused: once, plus the final evaluation
+    assert s["bytes_down"] == 3 * item_table * (6 if not fused else 4)
 
 
 @pytest.mark.parametrize("fault", ["fault-nan", "fault-shape"])
@@ -59,13 +66,11 @@ def test_bad_payload_excluded_and_logged(tmp_path, data_dir, fault):
 
 
 def test_dead_node_costs_only_its_contribution(tmp_path, data_dir):
-    calls = {"n": 0}
     t = InProcessTransport(partitions(2, {"data-dir": data_dir}))
     orig = t.exchange
 
     def exchange(contents, mtype, timeout):
-        calls["n"] += 1
-        if calls["n"] == 4:  # round 2, train phase: the second node dies
+        if mtype == "train" and contents[0][1]["config"]["round"] == 2:  # round 2: the second node dies
             t.dead.add(sorted(t.nodes)[1])
         return orig(contents, mtype, timeout)
 
@@ -74,25 +79,33 @@ def test_dead_node_costs_only_its_contribution(tmp_path, data_dir):
                            "data-dir": data_dir})
     rounds = [json.loads(x) for x in open(tmp_path / "dead" / "rounds.jsonl")]
     assert s["status"] == "completed" and s["rounds_completed"] == 3
-    assert len(rounds[1]["phases"][0]["excluded"]) == 10
-    assert rounds[2]["clients"] == 10 and rounds[2]["users"]["test"] < rounds[0]["users"]["test"]
+    # round 2's message (which also carries round 1's evaluation) loses the node's 10 clients
+    assert sorted({e["client"] for e in rounds[1]["phases"][0]["excluded"]}) == list(range(10, 20))
+    assert rounds[0]["clients"] == 20 and rounds[2]["clients"] == 10
+    assert rounds[2]["users"]["test"] == rounds[0]["users"]["test"] < 943
 
 
-def test_resume_equals_uninterrupted(tmp_path, data_dir):
-    full, _ = run(tmp_path, "full", data_dir, nodes=2, extra="num-rounds=4")
-    # a run that dies during round 3 (after round 2's checkpoint and some round-3 client state)
+@pytest.mark.parametrize("fused", [True, False])
+def test_resume_equals_uninterrupted(tmp_path, data_dir, fused):
+    flag = f"fused-evaluation={str(fused).lower()}"
+    full, _ = run(tmp_path, "full", data_dir, nodes=2, extra=f"num-rounds=4 {flag}")
+    # a run that dies in round 3 or 4, after round 2's checkpoint and some round-3 client state
     t = InProcessTransport(partitions(2, {"data-dir": data_dir}))
     orig, n = t.exchange, {"calls": 0}
+    # separate: handshake, 2 rounds x (train, evaluate), round-3 train; dies in round-3 evaluate.
+    # fused: handshake, round 1 train, round 2 train+eval(1), round 3 train+eval(2); dies in
+    # round 4's train+eval(3), which would have closed round 3
+    dies = 5 if fused else 7
 
     def exchange(contents, mtype, timeout):
         n["calls"] += 1
-        if n["calls"] == 7:  # handshake, 2 rounds x (train, evaluate), round-3 train; dies in round-3 evaluate
+        if n["calls"] == dies:
             raise KeyboardInterrupt
         return orig(contents, mtype, timeout)
 
     t.exchange = exchange
     with pytest.raises(KeyboardInterrupt):
-        run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=4",
+        run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=4 {flag}",
                            "out-dir": str(tmp_path / "part"), "data-dir": data_dir})
     assert len(open(tmp_path / "part" / "rounds.jsonl").readlines()) == 2
     t2 = InProcessTransport(partitions(2, {"data-dir": data_dir}))
