@@ -2,13 +2,16 @@
 
 Everything is a pure function of the data-relevant run-config keys (:data:`DATA_KEYS`) and the
 seed, so every node computes the same federation independently (tested across processes).
-The result is cached under ``$COROLLA_CACHE/prepared/<hash>.npz``.
+The result is cached on the node under ``$COROLLA_CACHE/prepared/<key>.npz``, the key being the
+data configuration and the source files' checksums (:func:`data_key`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +19,10 @@ import numpy as np
 
 from corolla.config import float_list
 from corolla.data import loaders, partition, splits
-from corolla.data.sources import default_cache
+from corolla.data.sources import FILES, default_cache
 from corolla.util import atomic_save_npz, load_npz, rng, stable_seed
 
-PREP_VERSION = 1
+PREP_VERSION = 2
 DATA_KEYS = ("dataset", "rating-threshold", "min-user-interactions", "split", "split-ratios",
              "eval-negatives", "eval-neg-pool", "partition", "num-clients", "protocol", "seed")
 
@@ -83,26 +86,44 @@ class Federation:
                    clients, a.get("neg_valid"), a.get("neg_test"), a.get("item_owner"), meta["stats"])
 
 
-def data_key(cfg: dict[str, Any]) -> str:
-    sel = {k: cfg[k] for k in DATA_KEYS}
+def source_checksums(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """The checksums of the files a run's federation is built from (every file is verified
+    against them when it is read, so they identify the content)."""
+    names = loaders.INTERACTION_FILES["fedcia-split" if cfg["split"] == "fedcia" else cfg["dataset"]]
+    return [(n, FILES[n].sha256 or FILES[n].git_blob or "") for n in names]
+
+
+def data_key(cfg: dict[str, Any], content: bytes = b"") -> str:
+    """Cache key of a federation: the data-relevant config keys, the source files' checksums and,
+    for an edge node, the SHA-256 of its own file's ``content``."""
+    sel: dict[str, Any] = {k: cfg[k] for k in DATA_KEYS}
+    sel["files"] = source_checksums(cfg)
+    if content:
+        sel["edge"] = hashlib.sha256(content).hexdigest()
     return f"v{PREP_VERSION}-{stable_seed(json.dumps(sel, sort_keys=True)):016x}"
 
 
-def build_federation(cfg: dict[str, Any], data_dir: str | None = None, use_cache: bool = True) -> Federation:
-    """Return the federation of ``cfg``, from the cache when present."""
-    path = default_cache() / "prepared" / f"{data_key(cfg)}.npz"
+def cached(key: str, build: Callable[[], Federation], use_cache: bool = True) -> Federation:
+    """``build()``'s federation through the node's disk cache ``$COROLLA_CACHE/prepared/<key>.npz``
+    (a new ClientApp process loads it in milliseconds instead of parsing and splitting again)."""
+    path = default_cache() / "prepared" / f"{key}.npz"
     if use_cache and path.is_file():
         try:
             return Federation.from_arrays(load_npz(path))
         except Exception:  # a corrupt cache entry is rebuilt, never trusted
             path.unlink(missing_ok=True)
-    fed = _build(cfg, data_dir)
+    fed = build()
     if use_cache:
         try:
             atomic_save_npz(path, fed.to_arrays())
         except OSError:
             pass
     return fed
+
+
+def build_federation(cfg: dict[str, Any], data_dir: str | None = None, use_cache: bool = True) -> Federation:
+    """Return the federation of ``cfg``, from the cache when present."""
+    return cached(data_key(cfg), lambda: _build(cfg, data_dir), use_cache)
 
 
 def _build(cfg: dict[str, Any], data_dir: str | None) -> Federation:
@@ -174,12 +195,20 @@ def filter_and_check(inter, cfg):
     return out
 
 
-def edge_federation(path: str | os.PathLike, cfg: dict[str, Any], data_dir: str | None) -> Federation:
+def edge_federation(path: str | os.PathLike, cfg: dict[str, Any], data_dir: str | None,
+                    use_cache: bool = True) -> Federation:
     """A one-user federation from an edge node's own file, on the run dataset's item universe.
 
     The file is split like the run's data: leave-one-out by timestamp for protocol=loo, else a
-    per-user ratio split with ``split-ratios`` (seeded by the file's content).
+    per-user ratio split with ``split-ratios`` (seeded by the file's content). Cached on the node
+    under the run's data key and the file's SHA-256.
     """
+    with open(path, "rb") as fh:
+        content = fh.read()
+    return cached(data_key(cfg, content or b"\0"), lambda: _edge(path, cfg, data_dir), use_cache)
+
+
+def _edge(path: str | os.PathLike, cfg: dict[str, Any], data_dir: str | None) -> Federation:
     if cfg["split"] in ("fedcia", "given"):
         base_items = np.arange(1, 1683) if cfg["split"] == "fedcia" else np.arange(40981)
     else:

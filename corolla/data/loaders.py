@@ -146,6 +146,17 @@ LOADERS = {
     "amazon-video": load_amazon_video,
 }
 
+# the files each dataset's interactions come from (keys of ``corolla.data.sources.FILES``)
+INTERACTION_FILES = {
+    "ml-100k": ("ml-100k/u.data",),
+    "ml-1m": ("ml-1m/ratings.dat",),
+    "lastfm-2k": ("hetrec2011-lastfm-2k/user_artists.dat",),
+    "filmtrust": ("filmtrust/ratings.txt",),
+    "amazon-video": ("amazon-video-pfedrec/ratings.dat",),
+    "gowalla": ("lightgcn/gowalla/train.txt", "lightgcn/gowalla/test.txt"),
+    "fedcia-split": ("fedcia-ml100k-split/ml100k_100clients.tsv",),
+}
+
 
 def load_edge_file(path: str | os.PathLike, item_ids: np.ndarray) -> Interactions:
     """An edge node's own interactions: ``item,rating[,timestamp]`` per line (CSV, '#' comments).
