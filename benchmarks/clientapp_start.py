@@ -2,8 +2,9 @@
 
 In Flower 1.39 every message a SuperNode receives starts a new ``flwr-clientapp`` process. This
 script starts fresh Python processes that do what such a process does before the method's own
-work: import Flower, import Corolla's ClientApp, and build the node's host (its logical clients'
-data: the parsed dataset, split, negatives and partition), then answer the handshake. It reports,
+work: import Flower, import Corolla's ClientApp, build the node's host (its logical clients'
+data: the parsed dataset, split, negatives and partition) and answer the handshake, and import
+the method's client module. It reports,
 per preset, the median over ``--repeats`` processes with the node cache warm (a node that has
 served one message already), the first (cold-cache) process, and the heavy modules the process
 imported::
@@ -42,9 +43,12 @@ conf = {"phase": "handshake", "round": 0, "clients": "[]", "restore-round": 0, "
         "cfg": json.dumps(cfg), "state-dir": sys.argv[3], "data-dir": sys.argv[2]}
 rep = handle(RecordDict({"config": ConfigRecord(conf)}), {"partition-id": 0, "num-partitions": 2})
 t3 = time.perf_counter()
+from client_app import registry
+registry.client_class(cfg["method"], cfg["model"], cfg["harness"])   # the method's client module
+t4 = time.perf_counter()
 heavy = [m for m in %r if m in sys.modules]
 print(json.dumps({"import_flwr_s": t1 - t0, "import_app_s": t2 - t1, "load_s": t3 - t2,
-                  "total_s": t3 - t0, "heavy_modules": heavy}))
+                  "import_method_s": t4 - t3, "total_s": t4 - t0, "heavy_modules": heavy}))
 """ % (HEAVY,)
 
 
@@ -71,15 +75,16 @@ def main() -> None:
             cold = probe(tree, preset, data_dir, cache, state)
             warm = [probe(tree, preset, data_dir, cache, state) for _ in range(a.repeats)]
         med = {k: round(statistics.median(w[k] for w in warm), 3)
-               for k in ("import_flwr_s", "import_app_s", "load_s", "total_s")}
+               for k in ("import_flwr_s", "import_app_s", "load_s", "import_method_s", "total_s")}
         rows.append({"preset": preset, "cold_total_s": round(cold["total_s"], 3), "cold_load_s": round(cold["load_s"], 3),
                      **{f"warm_{k}": v for k, v in med.items()}, "heavy_modules": warm[0]["heavy_modules"]})
-    print("| preset | cold: total s (load s) | warm: import flwr s | import app s | load s | total s | heavy modules |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| preset | cold: total s (load s) | warm: import flwr s | import app s | load s | import method s "
+          "| total s | heavy modules |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         print(f"| {r['preset']} | {r['cold_total_s']:.2f} ({r['cold_load_s']:.2f}) | {r['warm_import_flwr_s']:.2f} | "
-              f"{r['warm_import_app_s']:.2f} | {r['warm_load_s']:.3f} | {r['warm_total_s']:.2f} | "
-              f"{', '.join(r['heavy_modules']) or '-'} |")
+              f"{r['warm_import_app_s']:.2f} | {r['warm_load_s']:.3f} | {r['warm_import_method_s']:.3f} | "
+              f"{r['warm_total_s']:.2f} | {', '.join(r['heavy_modules']) or '-'} |")
     if a.json:
         Path(a.json).write_text(json.dumps({"command": " ".join(sys.argv), "tree": str(tree), "rows": rows}, indent=1))
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app.base import NodeHost
-from corolla.protocol import (client_key, error_key, eval_client_key, eval_error_key, eval_metric_key,
-                              metric_key)
+from corolla.protocol import dumps_per_client, pack, unpack
 
 app = ClientApp()
 
@@ -19,8 +18,12 @@ def _arrays(rec: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in rec.items()}
 
 
+def _record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
 def handle(content: RecordDict, node_config: dict) -> RecordDict:
-    """Pure message handler (also used by the in-process transport of the tests)."""
+    """Pure message handler (also used by the in-process transport); see ``corolla.protocol``."""
     cfgrec = dict(content["config"])
     host = NodeHost(node_config, cfgrec)
     phase = str(cfgrec["phase"])
@@ -28,34 +31,37 @@ def handle(content: RecordDict, node_config: dict) -> RecordDict:
         return RecordDict({"node": ConfigRecord(host.handshake(int(cfgrec.get("restore-round", 0))))})
     targets = [int(c) for c in json.loads(cfgrec["clients"])]
     shared = _arrays(content["global"]) if "global" in content else {}
-    personal = {c: _arrays(content[client_key(c)]) for c in targets if client_key(c) in content}
+    personal = unpack(_arrays(content["personal"])) if "personal" in content else {}
     reply = RecordDict()
+    results: dict[str, str] = {}
     evaluation = None
-    if "eval-round" in cfgrec:   # the fused evaluation of a round (corolla.protocol)
+    if "eval-round" in cfgrec:   # the fused evaluation of a round
         ev_targets = [int(c) for c in json.loads(cfgrec["eval-clients"])]
         how = str(cfgrec.get("eval-shared", "none"))
         ev_shared = shared if how == "global" else (_arrays(content["eval-global"]) if how == "own" else {})
-        ev_personal = {c: _arrays(content[eval_client_key(c)]) for c in ev_targets
-                       if eval_client_key(c) in content}
+        ev_personal = unpack(_arrays(content["eval-personal"])) if "eval-personal" in content else {}
         evaluation = (int(cfgrec["eval-round"]), ev_targets, ev_shared, ev_personal)
     if evaluation is not None and cfgrec.get("eval-when") == "before":
-        _put(reply, host.run_phase("evaluate", *evaluation), eval_client_key, eval_metric_key, eval_error_key)
+        _put(reply, results, "eval-", host.run_phase("evaluate", *evaluation))
     if targets:
-        _put(reply, host.run_phase(phase, int(cfgrec["round"]), targets, shared, personal),
-             client_key, metric_key, error_key)
+        _put(reply, results, "", host.run_phase(phase, int(cfgrec["round"]), targets, shared, personal))
     if evaluation is not None and cfgrec.get("eval-when") == "after":
-        _put(reply, host.run_phase("evaluate", *evaluation), eval_client_key, eval_metric_key, eval_error_key)
+        _put(reply, results, "eval-", host.run_phase("evaluate", *evaluation))
+    reply["results"] = ConfigRecord(results)
     return reply
 
 
-def _put(reply: RecordDict, results, payload_key, metrics_key, err_key) -> None:
-    for cid, res in results.items():
-        if isinstance(res, str):
-            reply[err_key(cid)] = ConfigRecord({"error": res})
-            continue
-        if res.payload:
-            reply[payload_key(cid)] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in res.payload.items()})
-        reply[metrics_key(cid)] = MetricRecord({k: v for k, v in res.metrics.items() if v is not None})
+def _put(reply: RecordDict, results: dict[str, str], prefix: str, out) -> None:
+    """The phase's per-client results into the reply: payloads packed, metrics and errors as JSON."""
+    ok = {c: r for c, r in out.items() if not isinstance(r, str)}
+    errors = {c: r for c, r in out.items() if isinstance(r, str)}
+    packed = pack({c: r.payload for c, r in ok.items()})
+    if packed:
+        reply[f"{prefix}payload"] = _record(packed)
+    results[f"{prefix}metrics"] = dumps_per_client(
+        {c: {k: v for k, v in r.metrics.items() if v is not None} for c, r in ok.items()})
+    if errors:
+        results[f"{prefix}errors"] = dumps_per_client(errors)
 
 
 def _reply(msg: Message, context: Context) -> Message:

@@ -31,6 +31,7 @@ from pathlib import Path
 from corolla.config import ConfigError, list_presets, parse_overrides, resolve
 
 APP_DIR = Path(__file__).resolve().parents[1]
+SUPEREXEC_POLL_S = 0.05   # FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the processes Corolla starts (Flower: 1 s)
 
 
 def free_port() -> int:
@@ -68,6 +69,9 @@ class Cluster:
         self.env = dict(os.environ, FLWR_HOME=str(self.flwr_home),
                         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", FLWR_DISABLE_UPDATE_CHECK="1",
                         PYTHONUNBUFFERED="1")
+        # the SuperExecs that the SuperLink and each SuperNode start (and that start the
+        # ServerApp and every ClientApp process) look for a task every second by default
+        self.env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", str(SUPEREXEC_POLL_S))
         self.env["PYTHONPATH"] = os.pathsep.join([str(APP_DIR), self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:

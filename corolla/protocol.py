@@ -1,60 +1,121 @@
 """The wire protocol between the strategy and the nodes, independent of Flower.
 
-One message per node and phase. Its ``RecordDict`` holds
+One message per node and phase (a round is one phase for most methods; see fused evaluation
+below). Its ``RecordDict`` holds
 
-* ``config``  (ConfigRecord): ``phase``, ``round``, ``run-key``, ``cfg`` (the resolved run config as
-  JSON), ``clients`` (JSON list of the targeted logical client ids), ``state-dir``, ``data-dir``,
+* ``config``   (ConfigRecord): ``phase``, ``round``, ``run-key``, ``cfg`` (the resolved run config
+  as JSON), ``clients`` (JSON list of the targeted logical client ids), ``state-dir``, ``data-dir``,
   ``restore-round``;
-* ``global``  (ArrayRecord, optional): arrays every targeted logical client receives (sent once per node);
-* ``c<cid>``  (ArrayRecord, optional): arrays for one logical client only (personalised downloads).
+* ``global``   (ArrayRecord, optional): arrays every targeted logical client receives (sent once per
+  node);
+* ``personal`` (ArrayRecord, optional): arrays for single logical clients (personalised downloads),
+  packed (:func:`pack`).
 
-The reply holds, per hosted targeted logical client, ``c<cid>`` (its payload, ArrayRecord),
-``m<cid>`` (MetricRecord: ``num-examples`` and per-user metric lists) and, if the logical client
-failed, ``e<cid>`` (ConfigRecord ``error``). The handshake reply holds ``node`` (ConfigRecord
-``hosted``: JSON ``{cid: {"users": n, "train": n}}``, ``n-items``).
+The reply holds ``payload`` (ArrayRecord, the hosted targeted clients' uploads, packed) and
+``results`` (ConfigRecord: ``metrics``, JSON ``{cid: {"num-examples": n, "valid/<metric>":
+[per-user values], ...}}``, and ``errors``, JSON ``{cid: traceback}`` of the clients that
+raised). The handshake reply holds ``node`` (ConfigRecord ``hosted``: JSON ``{cid: {"users": n,
+"train": n}}``, ``n-items``).
+
+**Packing.** Flower 1.39 moves every array of a message as an object of its own (one RPC per
+object at every hop), so a node's reply with one record per logical client costs thousands of
+RPCs. The arrays of a node's logical clients are therefore stacked: clients whose arrays have the
+same keys, shapes and dtypes form a group ``g``, whose ``g<g>/<key>`` holds their arrays along a
+new first axis (in client-id order) and ``g<g>/cids`` their ids. The server unpacks them into the
+same per-client payloads before validation: what crosses the network is each client's payload,
+nothing summed or mixed.
 
 **Fused evaluation.** A phase message may also carry the evaluation of a round, so that a round
 costs one exchange per node: config ``eval-round`` (the round whose models are evaluated),
 ``eval-clients`` (JSON list), ``eval-when`` (``before``: evaluate first, then run the phase, the
 previous round's evaluation travelling with the next round's message; ``after``: run the phase,
 then evaluate its result) and ``eval-shared`` (``own``: the arrays are in ``eval-global``;
-``global``: the evaluation uses the phase's own ``global`` arrays, sent once; ``none``).
-Per-client evaluation downloads are ``vc<cid>``; the reply carries ``vm<cid>`` (the metrics) or
-``ve<cid>`` (the error) per evaluated client, beside the phase's own records.
+``global``: the evaluation uses the phase's own ``global`` arrays, sent once; ``none``). Per-client
+evaluation downloads are packed in ``eval-personal``; the reply's ``results`` then also holds
+``eval-metrics`` and ``eval-errors``.
 
-Bytes are counted as the serialised array data (``len(Array.data)``: the ``.npy`` bytes, header
-included) of every ArrayRecord in a message: shared ``global`` arrays once per node.
+**Bytes** are counted per logical client as the serialised ``.npy`` size of each of its arrays
+(data plus header, :func:`npy_size`), as if it were sent alone, and shared ``global`` arrays once
+per message; configs and metrics are not counted.
 """
 
 from __future__ import annotations
 
+import functools
+import io
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 
-def client_key(cid: int) -> str:
-    return f"c{cid}"
+def pack(per_client: dict[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Stack the arrays of several logical clients (see *Packing* above); clients without arrays
+    are left out."""
+    groups: dict[tuple, list[int]] = {}
+    for cid in sorted(per_client):
+        arrays = per_client[cid]
+        if arrays:
+            sig = tuple((k, tuple(a.shape), np.asarray(a).dtype.str) for k, a in sorted(arrays.items()))
+            groups.setdefault(sig, []).append(int(cid))
+    out: dict[str, np.ndarray] = {}
+    for g, (sig, cids) in enumerate(groups.items()):
+        out[f"g{g}/cids"] = np.asarray(cids, np.int64)
+        for k, _, _ in sig:
+            if "/" in k:
+                raise ValueError(f"array name {k!r}: '/' is reserved by the packing")
+            out[f"g{g}/{k}"] = np.stack([np.asarray(per_client[c][k]) for c in cids])
+    return out
 
 
-def metric_key(cid: int) -> str:
-    return f"m{cid}"
+def unpack(arrays: dict[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
+    """The per-client arrays of :func:`pack`'s output; raises :class:`PayloadError` if malformed."""
+    groups: dict[str, dict[str, np.ndarray]] = {}
+    for name, a in arrays.items():
+        g, sep, key = name.partition("/")
+        if not sep or not key:
+            raise PayloadError(f"packed record: unexpected array name {name!r}")
+        groups.setdefault(g, {})[key] = a
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for g, d in groups.items():
+        cids = d.pop("cids", None)
+        if cids is None or cids.ndim != 1:
+            raise PayloadError(f"packed record: group {g!r} has no client ids")
+        for k, v in d.items():
+            if v.ndim < 1 or len(v) != len(cids):
+                raise PayloadError(f"packed record: '{g}/{k}' holds {len(v) if v.ndim else 0} arrays for "
+                                   f"{len(cids)} clients")
+        for j, c in enumerate(cids.tolist()):
+            out[int(c)] = {k: v[j] for k, v in d.items()}
+    return out
 
 
-def error_key(cid: int) -> str:
-    return f"e{cid}"
+def dumps_per_client(values: dict[int, Any]) -> str:
+    """JSON of ``{cid: value}`` (metrics or error texts); numpy scalars become Python numbers."""
+    return json.dumps({str(c): v for c, v in values.items()},
+                      default=lambda o: o.item() if isinstance(o, np.generic) else str(o))
 
 
-def eval_client_key(cid: int) -> str:
-    return f"vc{cid}"
+def loads_per_client(text: str | None) -> dict[int, Any]:
+    return {int(c): v for c, v in json.loads(text).items()} if text else {}
 
 
-def eval_metric_key(cid: int) -> str:
-    return f"vm{cid}"
+@functools.lru_cache(maxsize=256)
+def _header_size(shape: tuple[int, ...], dtype: str) -> int:
+    buf = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buf, header)
+    return len(buf.getvalue())
 
 
-def eval_error_key(cid: int) -> str:
-    return f"ve{cid}"
+def npy_size(a: np.ndarray) -> int:
+    """Bytes of ``a`` serialised alone as ``.npy`` (what a Flower ``Array`` of it holds)."""
+    return int(a.nbytes) + _header_size(tuple(a.shape), a.dtype.str)
+
+
+def payload_size(arrays: dict[str, np.ndarray]) -> int:
+    return sum(npy_size(a) for a in arrays.values())
 
 
 @dataclass(frozen=True)

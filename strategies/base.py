@@ -30,8 +30,8 @@ from flwr.serverapp.strategy import Strategy
 
 from corolla import metrics as M
 from corolla.config import int_list
-from corolla.protocol import (ArraySpec, PayloadError, client_key, error_key, eval_client_key, eval_error_key,
-                              eval_metric_key, metric_key, validate_payload)
+from corolla.protocol import (ArraySpec, PayloadError, loads_per_client, pack, payload_size, unpack,
+                              validate_payload)
 from corolla.util import rng
 from strategies.transport import TIMEOUT_PREFIX, GridTransport, Transport
 
@@ -177,11 +177,10 @@ class CorollaStrategy(Strategy):
                 if shared_rec is not None and (train or (evs and how == "global")):
                     rd["global"] = shared_rec
                     down += record_bytes(shared_rec)
-                for c in train:
-                    if c in personal:
-                        rec = to_record(personal[c])
-                        rd[client_key(c)] = rec
-                        down += record_bytes(rec)
+                mine_personal = {c: personal[c] for c in train if personal.get(c)}
+                if mine_personal:
+                    rd["personal"] = to_record(pack(mine_personal))
+                    down += sum(payload_size(a) for a in mine_personal.values())
                 if evs:
                     assert ev is not None
                     conf["eval-round"] = ev.rnd
@@ -191,11 +190,10 @@ class CorollaStrategy(Strategy):
                     if ev_rec is not None:
                         rd["eval-global"] = ev_rec
                         down += record_bytes(ev_rec)
-                    for c in evs:
-                        if ev.personal.get(c):
-                            rec = to_record(ev.personal[c])
-                            rd[eval_client_key(c)] = rec
-                            down += record_bytes(rec)
+                    ev_personal = {c: ev.personal[c] for c in evs if ev.personal.get(c)}
+                    if ev_personal:
+                        rd["eval-personal"] = to_record(pack(ev_personal))
+                        down += sum(payload_size(a) for a in ev_personal.values())
                 msgs.append((node, rd))
         return msgs, down
 
@@ -213,23 +211,21 @@ class CorollaStrategy(Strategy):
                 self._reply_evals[cid] = ClientResult({}, mets)
         return result
 
-    def _client_result(self, phase: str, rep: RecordDict, c: int, stats: PhaseStats, keys) -> ClientResult | None:
-        """The validated result of logical client ``c`` in reply ``rep`` (None: excluded)."""
-        payload_key, metrics_key, err_key = keys
-        if err_key(c) in rep:
-            err = str(rep[err_key(c)]["error"])
+    def _client_result(self, phase: str, c: int, payloads: dict, metrics: dict, errors: dict,
+                       stats: PhaseStats) -> ClientResult | None:
+        """The validated result of logical client ``c`` from its node's unpacked reply (None:
+        excluded, with the reason in ``stats``)."""
+        if c in errors:
+            err = str(errors[c])
             log(WARNING, "logical client %s raised in phase %s; excluded:\n%s", c, phase, err)
             stats.excluded.append({"client": c, "reason": err.strip().splitlines()[-1][:300]})
             return None
-        if metrics_key(c) not in rep:
+        if c not in metrics:
             stats.excluded.append({"client": c, "reason": "no reply record"})
             return None
-        payload = {}
-        if payload_key(c) in rep:
-            rec = rep[payload_key(c)]
-            stats.bytes_up += record_bytes(rec)
-            payload = {k: v.numpy() for k, v in rec.items()}
-        mets = dict(rep[metrics_key(c)])
+        payload = payloads.get(c, {})
+        stats.bytes_up += payload_size(payload)
+        mets = dict(metrics[c])
         try:
             if phase != "evaluate" and phase != "topk":
                 validate_payload(payload, self.expected_payload(phase, c))
@@ -242,14 +238,21 @@ class CorollaStrategy(Strategy):
             return None
         return ClientResult(payload, mets)
 
+    @staticmethod
+    def _unpack_reply(rep: RecordDict, prefix: str = "") -> tuple[dict, dict, dict]:
+        """(payloads, metrics, errors) per client of a reply (``corolla.protocol``)."""
+        res = rep["results"] if "results" in rep else {}
+        payloads = unpack({k: v.numpy() for k, v in rep[f"{prefix}payload"].items()}) \
+            if f"{prefix}payload" in rep else {}
+        return (payloads, loads_per_client(res.get(f"{prefix}metrics")),
+                loads_per_client(res.get(f"{prefix}errors")))
+
     def parse_replies(self, phase: str, sent: list[tuple[int, RecordDict]], replies, stats: PhaseStats,
                       rnd: int = 0) -> tuple[dict[int, ClientResult], dict[int, ClientResult]]:
         """Validate replies (an iterable of ``(message index, reply)``); returns the valid results
         of the phase and of the evaluation the messages carried."""
         out: dict[int, ClientResult] = {}
         evals: dict[int, ClientResult] = {}
-        phase_keys = (client_key, metric_key, error_key)
-        eval_keys = (eval_client_key, eval_metric_key, eval_error_key)
         for idx, rep in replies:
             node, content = sent[idx]
             conf = content["config"]
@@ -269,17 +272,20 @@ class CorollaStrategy(Strategy):
                 stats.excluded += [{"client": c, "reason": f"node failed: {rep[:200]}"} for c in gone]
                 continue
             stats.replies += 1
-            node_compute = 0.0
-            for c in set(cids) | set(ecids):
-                for mk in (metric_key(c), eval_metric_key(c)):
-                    if mk in rep:
-                        node_compute += float(rep[mk].get("compute-s", 0.0))
+            try:
+                parts = [self._unpack_reply(rep, "eval-") if ecids else ({}, {}, {}), self._unpack_reply(rep)]
+            except (PayloadError, ValueError, KeyError) as e:
+                log(WARNING, "node %s: malformed reply in phase %s (%s); its logical clients %s are excluded",
+                    node, phase, e, sorted(set(cids) | set(ecids)))
+                stats.excluded += [{"client": c, "reason": f"malformed reply: {e}"} for c in sorted(set(cids) | set(ecids))]
+                continue
+            node_compute = sum(float(m.get("compute-s", 0.0)) for _, mets, _ in parts for m in mets.values())
             for c in ecids:
-                res = self._client_result("evaluate", rep, c, stats, eval_keys)
+                res = self._client_result("evaluate", c, *parts[0], stats)
                 if res is not None:
                     evals[c] = res
             for c in cids:
-                res = self._client_result(phase, rep, c, stats, phase_keys)
+                res = self._client_result(phase, c, *parts[1], stats)
                 if res is not None:
                     out[c] = self.accept(phase, rnd, c, res)
             stats.compute_s = max(stats.compute_s, node_compute)
@@ -415,9 +421,7 @@ class CorollaStrategy(Strategy):
         reps: list[tuple[int, RecordDict | str]] = []
         for i, r in enumerate(replies):
             node = r.metadata.src_node_id
-            cids = [c for c in self.nodes.get(node, []) if r.has_error() or metric_key(c) in r.content
-                    or error_key(c) in r.content]
-            sent.append((node, RecordDict({"config": self._config("train", server_round, cids)})))
+            sent.append((node, RecordDict({"config": self._config("train", server_round, self.nodes.get(node, []))})))
             reps.append((i, f"error {r.error.code}: {r.error.reason}" if r.has_error() else r.content))
         stats = PhaseStats("train")
         results, _ = self.parse_replies("train", sent, reps, stats, server_round)
@@ -438,9 +442,8 @@ class CorollaStrategy(Strategy):
         for r in replies:
             if r.has_error():
                 continue
-            for key in r.content.keys():
-                if key.startswith("m"):
-                    results[int(key[1:])] = ClientResult({}, dict(r.content[key]))
+            _, mets, _ = self._unpack_reply(r.content)
+            results.update({c: ClientResult({}, m) for c, m in mets.items()})
         agg = self.aggregate_metrics(results)
         return MetricRecord({k: v for k, v in agg["test"]["metrics"].items()})
 
