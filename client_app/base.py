@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from corolla import metrics as M
 from corolla.config import int_list
@@ -54,7 +53,9 @@ class LogicalClient:
     ``evaluate`` is provided: it calls :meth:`scores` and computes the protocol's per-user metrics.
     """
 
-    def __init__(self, cfg: dict[str, Any], fed: Federation, cid: int, users: np.ndarray, device: torch.device):
+    uses_torch = True   # False: the node does not import torch for this client (GF-CF)
+
+    def __init__(self, cfg: dict[str, Any], fed: Federation, cid: int, users: np.ndarray, device):
         self.cfg, self.fed, self.cid, self.users, self.device = cfg, fed, cid, users, device
         self.ks = int_list(cfg, "topk")
         self.item_mask = None
@@ -152,11 +153,7 @@ class NodeHost:
                       or os.path.join(tempfile.gettempdir(), "corolla-state"))
         self.store = StateStore(state_root, self.run_key)
         self.threads = int(self.node_config.get("threads", 1))
-        torch.set_num_threads(self.threads)
-        dev = str(self.node_config.get("device", self.cfg.get("device", "auto")))
-        if dev == "auto":
-            dev = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(dev)
+        self._device = None
         self.edge_file = self.node_config.get("data-file")
         if self.edge_file:
             self.fed = edge_federation(self.edge_file, self.cfg, self.data_dir)
@@ -181,11 +178,25 @@ class NodeHost:
             return [int(c) for c in np.array_split(np.arange(k), n)[p]]
         raise ValueError("node config: expected 'partition-id' and 'num-partitions', 'clients', or 'data-file'")
 
+    @property
+    def device(self):
+        """The torch device of the node's clients; torch is imported (and held to ``threads``)
+        only when a client needs it, so that a message that needs none starts fast."""
+        if self._device is None:
+            import torch
+
+            torch.set_num_threads(self.threads)
+            dev = str(self.node_config.get("device", self.cfg.get("device", "auto")))
+            if dev == "auto":
+                dev = "cuda" if torch.cuda.is_available() else "cpu"
+            self._device = torch.device(dev)
+        return self._device
+
     def client(self, cid: int) -> LogicalClient:
         from client_app import registry
 
         cls = registry.client_class(self.cfg["method"], self.cfg["model"], self.cfg.get("harness", "silo"))
-        return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device)
+        return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device if cls.uses_torch else None)
 
     def _inject_fault(self, cid: int, res: PhaseResult) -> None:
         if not res.payload:

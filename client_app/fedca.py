@@ -43,7 +43,7 @@ import torch
 from client_app.base import LogicalClient, PhaseResult
 from corolla import composite
 from corolla import metrics as M
-from corolla.models.base import build_model, init_params, shared_init
+from corolla.models.factory import build_model, init_params, shared_init
 from corolla.models.stacked import (
     epoch_permutations,
     mlp_layer_names,

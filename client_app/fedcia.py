@@ -1,62 +1,14 @@
-"""FedCIA client side (SIGIR'25; spec FEDCIA_FEDCA part A), parameter-free GF-CF path.
-
-Phase ``upload`` (round 1): the client builds its GF-CF filter F_k from its own training matrix
-(``corolla.models.gfcf``, spec A5), adds i.i.d. Laplace noise of scale ``laplace-scale``
-(paper §5.2.5) and uploads it as ``filter`` (M × M float32).
-``evaluate``: scores ``R_k F_k + β R_k F_agg`` (paper §5.3.2, β = ``agg-beta``) with the server's
-``F_agg``. The local F_k is recomputed from the training matrix (deterministic), so nothing but
-the training data is kept on the node. ``LocalGFCFClient`` is the no-aggregation baseline
-(``R_k F_k``).
-"""
+"""FedCIA client side (SIGIR'25; spec FEDCIA_FEDCA part A), parameter models (paper §5.2, spec A4).
+The parameter-free GF-CF path is ``client_app.gfcf``."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from client_app.base import LogicalClient, PhaseResult
-from corolla.models.gfcf import gfcf_filter
+from client_app.base import PhaseResult
+from client_app.mf import ParamClient
+from corolla.models.similarity import finetune, finetune_many, similarity, svd_factors
 from corolla.util import rng, stable_seed
-
-
-class GFCFClient(LogicalClient):
-    def init_state(self) -> dict[str, np.ndarray]:
-        return {}
-
-    def train_matrix(self) -> np.ndarray:
-        r = np.zeros((len(self.users), self.fed.n_items), np.float32)
-        for row, u in enumerate(self.users.tolist()):
-            r[row, self.fed.rows("train", u)] = 1.0
-        return r
-
-    def filter(self) -> np.ndarray:
-        return gfcf_filter(self.train_matrix(), self.cfg["svd-number"], self.cfg["gfcf-wp"],
-                           self.cfg["gfcf-null-rows"])
-
-    def phase_upload(self, rnd, state, shared, personal) -> PhaseResult:
-        f = self.filter()
-        b = self.cfg["laplace-scale"]
-        if b > 0:
-            f = f + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, f.shape).astype(np.float32)
-        return PhaseResult(payload={"filter": f}, metrics={"num-examples": self.num_train})
-
-    def scores(self, state, shared, personal, local_users, items):
-        r = self.train_matrix()[local_users]
-        out = r @ self.filter()
-        if "filter" in shared:
-            out = out + self.cfg["agg-beta"] * (r @ shared["filter"])
-        return out if items is None else np.take_along_axis(out, items, 1)
-
-
-class LocalGFCFClient(GFCFClient):
-    def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
-        return PhaseResult(metrics={"num-examples": self.num_train})
-
-
-# ----------------------------------------------------------------------------------------------
-# Parameter models (paper §5.2, spec A4)
-
-from client_app.mf import ParamClient  # noqa: E402
-from corolla.models.similarity import finetune, finetune_many, similarity, svd_factors  # noqa: E402
 
 
 class FedCIAParamClient(ParamClient):

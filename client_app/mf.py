@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from client_app.base import LogicalClient, PhaseResult
-from corolla.models.base import build_model, shared_init, user_init
+from corolla.models.factory import build_model, shared_init, user_init
 from corolla.models.train import (fixed_triples, make_optimizer, optimizer_from_arrays,
                                   optimizer_to_arrays, per_positive, train_epochs)
 from corolla.util import rng

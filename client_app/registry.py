@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def client_class(method: str, model: str = "mf", harness: str = "silo"):
     if model == "gfcf":
-        from client_app.fedcia import GFCFClient, LocalGFCFClient
+        from client_app.gfcf import GFCFClient, LocalGFCFClient
 
         return LocalGFCFClient if method == "local" else GFCFClient
     if method == "fedcia":

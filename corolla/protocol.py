@@ -20,8 +20,8 @@ raised). The handshake reply holds ``node`` (ConfigRecord ``hosted``: JSON ``{ci
 **Packing.** Flower 1.39 moves every array of a message as an object of its own (one RPC per
 object at every hop), so a node's reply with one record per logical client costs thousands of
 RPCs. The arrays of a node's logical clients are therefore stacked: clients whose arrays have the
-same keys, shapes and dtypes form a group ``g``, whose ``g<g>/<key>`` holds their arrays along a
-new first axis (in client-id order) and ``g<g>/cids`` their ids. The server unpacks them into the
+same keys, shapes and dtypes form groups ``g`` of at most 8 MB, whose ``g<g>/<key>`` holds their
+arrays along a new first axis (in client-id order) and ``g<g>/cids`` their ids. The server unpacks them into the
 same per-client payloads before validation: what crosses the network is each client's payload,
 nothing summed or mixed.
 
@@ -50,9 +50,14 @@ from typing import Any
 import numpy as np
 
 
-def pack(per_client: dict[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+PACK_MAX_BYTES = 8 << 20   # a stack holds at most this many bytes of client arrays (or one client)
+
+
+def pack(per_client: dict[int, dict[str, np.ndarray]], max_bytes: int = PACK_MAX_BYTES) -> dict[str, np.ndarray]:
     """Stack the arrays of several logical clients (see *Packing* above); clients without arrays
-    are left out."""
+    are left out. A group's stack holds at most ``max_bytes`` (at least one client): small
+    payloads are merged, large ones (FedCIA's M × M matrices) stay one client per stack, which
+    Flower moves and frees as it goes instead of as one huge array."""
     groups: dict[tuple, list[int]] = {}
     for cid in sorted(per_client):
         arrays = per_client[cid]
@@ -60,12 +65,18 @@ def pack(per_client: dict[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
             sig = tuple((k, tuple(a.shape), np.asarray(a).dtype.str) for k, a in sorted(arrays.items()))
             groups.setdefault(sig, []).append(int(cid))
     out: dict[str, np.ndarray] = {}
-    for g, (sig, cids) in enumerate(groups.items()):
-        out[f"g{g}/cids"] = np.asarray(cids, np.int64)
-        for k, _, _ in sig:
-            if "/" in k:
-                raise ValueError(f"array name {k!r}: '/' is reserved by the packing")
-            out[f"g{g}/{k}"] = np.stack([np.asarray(per_client[c][k]) for c in cids])
+    g = 0
+    for sig, cids in groups.items():
+        size = sum(int(np.prod(shape)) * np.dtype(dt).itemsize for _, shape, dt in sig)
+        per = max(1, max_bytes // max(size, 1))
+        for a in range(0, len(cids), per):
+            part = cids[a:a + per]
+            out[f"g{g}/cids"] = np.asarray(part, np.int64)
+            for k, _, _ in sig:
+                if "/" in k:
+                    raise ValueError(f"array name {k!r}: '/' is reserved by the packing")
+                out[f"g{g}/{k}"] = np.stack([np.asarray(per_client[c][k]) for c in part])
+            g += 1
     return out
 
 

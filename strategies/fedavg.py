@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from corolla.models import shared_init
+from corolla.models.factory import shared_init
 from corolla.protocol import ArraySpec
 from strategies.aggregation import weighted_mean
 from strategies.base import ClientResult, CorollaStrategy

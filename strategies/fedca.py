@@ -32,7 +32,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from corolla import composite
-from corolla.models import shared_init
+from corolla.models.factory import shared_init
 from corolla.protocol import ArraySpec
 from corolla.util import rng
 from strategies.base import ClientResult, CorollaStrategy

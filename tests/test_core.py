@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from corolla.config import resolve
-from corolla.models.base import build_model
+from corolla.models.factory import build_model
 from corolla.protocol import ArraySpec, PayloadError, validate_payload
 from corolla.state import StateStore, truncate
 from strategies.aggregation import weighted_mean

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from corolla.models.base import build_model
+from corolla.models.factory import build_model
 from corolla.models.stacked import (
     epoch_permutations,
     stack,

@@ -59,13 +59,16 @@ def test_streaming_server_mean_equals_mean():
 
 
 def test_laplace_noise_scale(data_dir):
-    from client_app.fedcia import GFCFClient
+    from client_app.gfcf import GFCFClient
     from corolla.data import build_federation
 
     cfg = resolve("fedcia-gfcf-ml100k", {"laplace-scale": 0.01})
     fed = build_federation(cfg, data_dir)
     c = GFCFClient(cfg, fed, 0, fed.clients[0], None)
-    noise = c.phase_upload(1, {}, {}, {}).payload["filter"].astype(np.float64) - c.filter()
+    up = c.phase_upload(1, {}, {}, {})
+    # the node keeps the ideal basis; the filter rebuilt from it is the uploaded one minus the noise
+    np.testing.assert_array_equal(up.state["basis"], c.basis({}))
+    noise = up.payload["filter"].astype(np.float64) - c.filter(up.state["basis"])
     # Laplace(0, b): mean |x| = b, variance 2 b², i.i.d. (not symmetric)
     assert np.abs(noise).mean() == pytest.approx(0.01, rel=0.01)
     assert noise.var() == pytest.approx(2e-4, rel=0.02)

@@ -1,12 +1,10 @@
 """Models shared by every method (one implementation each).
 
-Interface (RecBole-like): ``loss(batch)``, ``score(users, items)``, ``full_sort_scores(users)``;
-parameters named ``user.*`` are private to the logical client, all others are *shared* (the
-item table and, for NCF, the MLP tower) and are what parameter-averaging methods exchange.
+Interface (RecBole-like, ``corolla.models.base``): ``loss(batch)``, ``score(users, items)``,
+``full_sort_scores(users)``; parameters named ``user.*`` are private to the logical client, all
+others are *shared* (the item table and, for NCF, the MLP tower) and are what
+parameter-averaging methods exchange. ``corolla.models.factory`` builds and initialises them.
+
+Nothing is imported here, so that ``corolla.models.gfcf`` loads without torch (a GF-CF ClientApp
+process never imports it).
 """
-
-from corolla.models.mf import MF
-from corolla.models.ncf import NCF
-from corolla.models.base import RecModel, build_model, shared_init
-
-__all__ = ["MF", "NCF", "RecModel", "build_model", "shared_init"]

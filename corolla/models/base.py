@@ -9,8 +9,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from corolla.config import int_list
-from corolla.util import stable_seed
 
 
 class RecModel(nn.Module):
@@ -81,50 +79,3 @@ class RecModel(nn.Module):
                 if tuple(sd[n].shape) != tuple(a.shape):
                     raise ValueError(f"parameter '{n}': expected shape {tuple(sd[n].shape)}, got {tuple(a.shape)}")
                 sd[n].copy_(torch.from_numpy(np.ascontiguousarray(a)))
-
-
-def build_model(cfg: dict[str, Any], n_users: int, n_items: int) -> RecModel:
-    from corolla.models.mf import MF
-    from corolla.models.ncf import NCF
-
-    if cfg["model"] == "mf":
-        return MF(n_users, n_items, cfg["dim"], cfg["loss"], cfg["weight-decay"])
-    if cfg["model"] == "lightgcn":
-        from corolla.models.lightgcn import LightGCN
-
-        return LightGCN(n_users, n_items, cfg["dim"], cfg["gcn-layers"], cfg["loss"], cfg["weight-decay"])
-    return NCF(n_users, n_items, cfg["dim"], int_list(cfg, "mlp-layers"), cfg["loss"], cfg["weight-decay"])
-
-
-def init_params(model: RecModel, std: float, seed: int, names: list[str], mlp_init: str = "xavier") -> None:
-    """Initialise ``names`` deterministically: embeddings N(0, std²); Linear layers Xavier-uniform
-    weights and zero biases (``xavier``) or PyTorch's default U(±1/√fan_in) for both
-    (``torch-default``, as the FedCA code's untouched ``nn.Linear``)."""
-    g = torch.Generator().manual_seed(seed)
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for n in names:
-            p = params[n]
-            if n.startswith(("user.", "item.")):
-                p.copy_(torch.randn(p.shape, generator=g) * std)
-            elif mlp_init == "torch-default":
-                fan_in = p.shape[1] if p.dim() == 2 else params[n[:-len("bias")] + "weight"].shape[1]
-                bound = 1.0 / float(np.sqrt(fan_in))
-                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
-            elif p.dim() == 2:
-                bound = float(np.sqrt(6.0 / (p.shape[0] + p.shape[1])))
-                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
-            else:
-                p.zero_()
-
-
-def shared_init(cfg: dict[str, Any], n_items: int) -> dict[str, np.ndarray]:
-    """The shared parameters every logical client and the server start from (same seed -> same)."""
-    m = build_model(cfg, 1, n_items)
-    init_params(m, cfg["init-std"], stable_seed(cfg["seed"], "shared-init"), m.shared_names(),
-                cfg.get("mlp-init", "xavier"))
-    return m.get_arrays(m.shared_names())
-
-
-def user_init(model: RecModel, cfg: dict[str, Any], cid: int) -> None:
-    init_params(model, cfg["init-std"], stable_seed(cfg["seed"], "user-init", cid), ["user.weight"])

@@ -43,10 +43,12 @@ def ideal_basis(rt: np.ndarray, k: int, null_rows: str = "lapack") -> np.ndarray
     return vh[:keep].astype(np.float32)
 
 
-def gfcf_filter(r: np.ndarray, k: int, wp: float, null_rows: str = "lapack") -> np.ndarray:
-    """The client's GF-CF filter F (M × M, float32)."""
+def gfcf_filter(r: np.ndarray, k: int, wp: float, null_rows: str = "lapack",
+                basis: np.ndarray | None = None) -> np.ndarray:
+    """The client's GF-CF filter F (M × M, float32); ``basis``: :func:`ideal_basis` of R̃ when
+    already known (the result is the same, bit for bit)."""
     rt, _, di = normalise(r)
-    v = ideal_basis(rt, k, null_rows)
+    v = ideal_basis(rt, k, null_rows) if basis is None else basis
     di_inv = np.where(di > 0, 1.0 / np.where(di > 0, di, 1.0), 0.0).astype(np.float32)
     linear = rt.T @ rt
     ideal = (di[:, None] * (v.T @ v)) * di_inv[None, :]

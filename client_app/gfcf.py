@@ -1,0 +1,62 @@
+"""FedCIA client side (SIGIR'25; spec FEDCIA_FEDCA part A), parameter-free GF-CF path.
+
+Phase ``upload`` (round 1): the client builds its GF-CF filter F_k from its own training matrix
+(``corolla.models.gfcf``, spec A5), adds i.i.d. Laplace noise of scale ``laplace-scale``
+(paper §5.2.5) and uploads it as ``filter`` (M × M float32).
+``evaluate``: scores ``R_k F_k + β R_k F_agg`` (paper §5.3.2, β = ``agg-beta``) with the server's
+``F_agg``. The node keeps only the ideal low-pass basis V (k × M, the SVD that dominates the
+filter's cost) in the client's state and rebuilds F_k from it and the training matrix, bit for
+bit the uploaded filter without its noise. ``LocalGFCFClient`` is the no-aggregation baseline
+(``R_k F_k``). Nothing here imports torch: a GF-CF ClientApp process starts in a quarter second.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from client_app.base import LogicalClient, PhaseResult
+from corolla.models.gfcf import gfcf_filter, ideal_basis, normalise
+from corolla.util import rng
+
+
+class GFCFClient(LogicalClient):
+    uses_torch = False
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def train_matrix(self) -> np.ndarray:
+        r = np.zeros((len(self.users), self.fed.n_items), np.float32)
+        for row, u in enumerate(self.users.tolist()):
+            r[row, self.fed.rows("train", u)] = 1.0
+        return r
+
+    def basis(self, state) -> np.ndarray:
+        """The ideal low-pass basis V, from the client's state or computed."""
+        if "basis" in state:
+            return state["basis"]
+        return ideal_basis(normalise(self.train_matrix())[0], self.cfg["svd-number"], self.cfg["gfcf-null-rows"])
+
+    def filter(self, basis: np.ndarray) -> np.ndarray:
+        return gfcf_filter(self.train_matrix(), self.cfg["svd-number"], self.cfg["gfcf-wp"],
+                           self.cfg["gfcf-null-rows"], basis=basis)
+
+    def phase_upload(self, rnd, state, shared, personal) -> PhaseResult:
+        v = self.basis(state)
+        f = self.filter(v)
+        b = self.cfg["laplace-scale"]
+        if b > 0:
+            f = f + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, f.shape).astype(np.float32)
+        return PhaseResult(payload={"filter": f}, metrics={"num-examples": self.num_train}, state={"basis": v})
+
+    def scores(self, state, shared, personal, local_users, items):
+        r = self.train_matrix()[local_users]
+        out = r @ self.filter(self.basis(state))
+        if "filter" in shared:
+            out = out + self.cfg["agg-beta"] * (r @ shared["filter"])
+        return out if items is None else np.take_along_axis(out, items, 1)
+
+
+class LocalGFCFClient(GFCFClient):
+    def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
+        return PhaseResult(metrics={"num-examples": self.num_train}, state={"basis": self.basis(state)})
