@@ -5,6 +5,9 @@ A node hosts the logical clients its node config selects:
 * ``partition-id`` / ``num-partitions``: contiguous blocks of the run's logical client ids
   (``np.array_split(range(K), num_partitions)[partition-id]``);
 * ``clients = "0-9,15"``: an explicit list (ranges allowed);
+* ``clients = "auto"``: whatever the server assigns (contiguous blocks over the ``auto`` nodes it
+  knows, reassigned when one joins or leaves; ``docker compose up --scale supernode=N``). The
+  nodes should share ``state-dir`` so that a reassigned client's state moves with it;
 * ``data-file = PATH``: an *edge node* with one user and its own interactions
   (``item,rating[,timestamp]`` per line); it hosts logical client ``client-id`` (node config,
   default ``1000000 + crc32(path content) % 1000000``).
@@ -163,8 +166,14 @@ class NodeHost:
             self.fed = build_federation(self.cfg, self.data_dir)
             self.hosted = {c: self.fed.clients[c] for c in self.hosted_ids(self.fed.num_clients)}
 
+    @property
+    def auto(self) -> bool:
+        return str(self.node_config.get("clients", "")).strip() == "auto"
+
     def hosted_ids(self, k: int) -> list[int]:
         nc = self.node_config
+        if self.auto:   # the server assigns the clients; the node can serve any of them
+            return list(range(k))
         if "clients" in nc:
             ids = parse_id_list(nc["clients"])
             bad = [c for c in ids if not 0 <= c < k]
@@ -176,7 +185,8 @@ class NodeHost:
             if not 0 <= p < n:
                 raise ValueError(f"node config 'partition-id'={p}: expected 0..{n - 1}")
             return [int(c) for c in np.array_split(np.arange(k), n)[p]]
-        raise ValueError("node config: expected 'partition-id' and 'num-partitions', 'clients', or 'data-file'")
+        raise ValueError("node config: expected 'partition-id' and 'num-partitions', 'clients' (ids, or 'auto' "
+                         "for clients assigned by the server), or 'data-file'")
 
     @property
     def device(self):
@@ -208,11 +218,11 @@ class NodeHost:
             res.payload[first] = res.payload[first][:-1]
 
     def handshake(self, restore_round: int) -> dict[str, Any]:
-        for cid in self.hosted:
-            truncate(self.store, cid, restore_round)
+        truncate(self.store, list(self.hosted), restore_round)
         hosted = {str(c): {"users": int(len(u)), "train": int(self.fed.count("train", u))}
                   for c, u in self.hosted.items()}
-        return {"hosted": json.dumps(hosted), "n-items": int(self.fed.n_items), "edge": bool(self.edge_file)}
+        return {"hosted": json.dumps(hosted), "n-items": int(self.fed.n_items), "edge": bool(self.edge_file),
+                "auto": self.auto}
 
     def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
                   personal: dict[int, dict[str, np.ndarray]]):

@@ -1,12 +1,16 @@
 """``corolla`` command line: ``corolla run`` and ``corolla presets``.
 
-``corolla run --preset NAME [--set key=value ...] [--mode local|sim] [--nodes N]
-[--data-dir DIR] [--out DIR] [--resume RUN_DIR] [--export-topk K] [--config FILE]``
+``corolla run --preset NAME [--set key=value ...] [--mode local|sim|inproc] [--nodes N]
+[--data-dir DIR] [--out DIR] [--resume RUN_DIR] [--export-topk K] [--config FILE]
+[--superlink HOST:PORT [--root-certificates CA]]``
 
 * ``--mode local`` (default): starts a SuperLink and N SuperNode processes on loopback (free
-  ports), submits the app with ``flwr run``, prints progress, and stops every process it started,
-  also on Ctrl-C or failure. Exit code 0 only when ``OUT/summary.json`` says ``completed``
-  (``flwr run`` itself exits 0 on failure).
+  ports; N defaults to one per core, at most 8), submits the app with ``flwr run``, prints
+  progress, and stops every process it started, also on Ctrl-C or failure. Exit code 0 only when
+  ``OUT/summary.json`` says ``completed`` (``flwr run`` itself exits 0 on failure).
+* ``--superlink HOST:PORT``: starts nothing; submits to a running SuperLink (compose, another
+  machine), streams the ServerApp's log and exits 0 only if the SuperLink reports the run
+  completed.
 * ``--mode sim``: a simulation SuperLink (Flower's simulation runtime, Ray) with N virtual nodes.
 * ``--mode inproc``: no Flower runtime: the ServerApp's loop calls the ClientApp's handler for N
   nodes in this process (``strategies.inproc``). Same numbers as the other modes (tested); for
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -128,13 +133,34 @@ class Cluster:
                     pass
                 p.wait()
         # children that outlive SIGTERM in a process group (the ServerApp process the SuperLink
-        # starts in its group handles SIGTERM and may linger): remove them for good
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        # starts in its group handles SIGTERM and may linger): remove them for good, and return
+        # only once none is left running (a SIGKILLed process takes a moment to die)
+        groups = [p.pid for p in self.procs]
+        end = time.monotonic() + 10
+        while True:
+            for g in groups:
+                try:
+                    os.killpg(g, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if not live_in_groups(groups) or time.monotonic() > end:
+                break
+            time.sleep(0.05)
         self.procs.clear()
+
+
+def live_in_groups(pgids: list[int]) -> list[int]:
+    """Processes still running (not zombies, which only wait to be reaped) in these process
+    groups (Linux ``/proc``; elsewhere an empty list)."""
+    live = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) in pgids and fields[0] != "Z":
+            live.append(int(d.name))
+    return live
 
 
 def _tail(path: Path, pos: int) -> int:
@@ -153,14 +179,43 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def default_nodes() -> int:
+    """One SuperNode per available core, at most 8: on 2 cores 2 nodes were fastest for FedCIA
+    GF-CF and FedCA and within 5 % of 1 node for FedAvg-MF, 4 nodes slowest for all three
+    (docs/results.md, "Speed through a real SuperLink")."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
+def _summary_line(summary: dict, out) -> str:
+    return json.dumps({"out": str(out), "rounds_completed": summary["rounds_completed"],
+                       "selected_round": summary["selection"]["round"], "metrics": summary["metrics"],
+                       **({"metrics_paper_compat": summary["metrics_paper_compat"]["metrics"]}
+                          if "metrics_paper_compat" in summary else {}),
+                       "paper": summary.get("paper", {})}, indent=2)
+
+
 def run_command(args: argparse.Namespace) -> int:
     # SIGTERM (``kill``, ``docker stop``, systemd) and SIGHUP (terminal closed) stop a run the way
     # Ctrl-C does: every process this command started is stopped and the run can be resumed
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
+    remote = bool(args.superlink)
+    if remote and args.mode != "local":
+        print("error: --superlink submits to a running deployment; --mode does not apply", file=sys.stderr)
+        return 2
+    if args.root_certificates and not remote:
+        print("error: --root-certificates goes with --superlink", file=sys.stderr)
+        return 2
+    nodes = args.nodes or (1 if remote else default_nodes())
     overrides = parse_overrides(args.set or [])
     if args.export_topk is not None:
         overrides["export-topk"] = args.export_topk
+    if remote:
+        return _run_remote(args, overrides, nodes)
     if args.resume:
         out = Path(args.resume).expanduser().resolve()
         if not (out / "checkpoint.npz").is_file():
@@ -185,32 +240,31 @@ def run_command(args: argparse.Namespace) -> int:
     run_cfg = {"preset": preset or "",
                "set": " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items()) if not args.resume else "",
                "out-dir": str(out), "data-dir": data_dir, "resume-dir": str(out) if args.resume else "",
-               "min-nodes": args.nodes if args.mode == "local" else 0}
+               "min-nodes": nodes if args.mode == "local" else 0}
     summary_path = out / "summary.json"
     if args.resume and summary_path.exists():
         summary_path.unlink()
-    print(f"corolla: {preset} ({cfg['method']}, {cfg['dataset']}), {args.mode} mode, {args.nodes} nodes -> {out}")
-    node_configs = [{"partition-id": i, "num-partitions": args.nodes} for i in range(args.nodes)]
+    print(f"corolla: {preset} ({cfg['method']}, {cfg['dataset']}), {args.mode} mode, {nodes} nodes -> {out}")
+    node_configs = [{"partition-id": i, "num-partitions": nodes} for i in range(nodes)]
     for item in args.node_config or []:
         idx, _, kv = item.partition(":")
-        if not idx.isdigit() or int(idx) >= args.nodes or "=" not in kv:
+        if not idx.isdigit() or int(idx) >= nodes or "=" not in kv:
             print(f"error: --node-config {item!r}: expected 'I:key=value' with 0 <= I < --nodes", file=sys.stderr)
             return 2
         node_configs[int(idx)].update(parse_overrides([kv]))
     if args.mode == "inproc":
         return _run_inproc(out, run_cfg, node_configs, data_dir)
-    cluster = Cluster(out, args.mode, args.nodes, data_dir or None, node_configs)
+    cluster = Cluster(out, args.mode, nodes, data_dir or None, node_configs)
     progress = out / "progress.log"
     pos = progress.stat().st_size if progress.exists() else 0
     rc_flwr = None
     try:
         conn = cluster.start()
         rc_file = out / "run-config.toml"
-        rc_file.write_text("".join(f"{k} = {_toml_str(v) if isinstance(v, str) else v}\n"
-                                   for k, v in run_cfg.items()))
+        write_run_config(rc_file, run_cfg)
         cmd = ["flwr", "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)]
         if args.mode == "sim":
-            cmd += ["--federation-config", f"num-supernodes={args.nodes}"]
+            cmd += ["--federation-config", f"num-supernodes={nodes}"]
         with open(cluster.logs / "flwr-run.log", "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=str(APP_DIR),
                                     start_new_session=True)
@@ -234,11 +288,7 @@ def run_command(args: argparse.Namespace) -> int:
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
         if summary.get("status") == "completed":
-            print(json.dumps({"out": str(out), "rounds_completed": summary["rounds_completed"],
-                              "selected_round": summary["selection"]["round"], "metrics": summary["metrics"],
-                              **({"metrics_paper_compat": summary["metrics_paper_compat"]["metrics"]}
-                                 if "metrics_paper_compat" in summary else {}),
-                              "paper": summary.get("paper", {})}, indent=2))
+            print(_summary_line(summary, out))
             return 0
     print(f"corolla: the run failed (flwr run exit code {rc_flwr}); logs in {cluster.logs}", file=sys.stderr)
     for name in ("flwr-run.log", "superlink.log"):
@@ -246,6 +296,108 @@ def run_command(args: argparse.Namespace) -> int:
         if p.exists():
             tail = p.read_text(errors="replace").splitlines()[-25:]
             print(f"--- {p} (last lines)\n" + "\n".join(tail), file=sys.stderr)
+    return 1
+
+
+def write_run_config(path: Path, run_cfg: dict) -> None:
+    path.write_text("".join(f"{k} = {_toml_str(v) if isinstance(v, str) else v}\n" for k, v in run_cfg.items()))
+
+
+def flwr_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, FLWR_HOME=str(home), FLWR_DISABLE_UPDATE_CHECK="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(APP_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_status(env: dict[str, str], conn: str, run_id: str) -> str:
+    """The run's status on the SuperLink (``finished:completed``, ``finished:failed``, ...)."""
+    p = subprocess.run(["flwr", "ls", conn, "--run-id", run_id, "--format", "json"], env=env, cwd=str(APP_DIR),
+                       capture_output=True, text=True, timeout=120)
+    try:
+        return str(json.loads(p.stdout)["runs"][0]["status"])
+    except (ValueError, KeyError, IndexError):
+        return f"unknown ({(p.stdout + p.stderr).strip()[-300:]})"
+
+
+def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
+    """Submit to a running SuperLink (``--superlink HOST:PORT``, its Control API), stream the
+    ServerApp's log, and exit 0 only if the SuperLink reports the run ``finished:completed``
+    (``flwr run`` exits 0 either way). Paths (``--out``, ``--resume``, ``--data-dir``) are
+    those of the SuperLink's and the nodes' machines; the summary is printed when ``--out`` is
+    visible here too (compose's results volume)."""
+    for opt in ("out", "resume"):
+        v = getattr(args, opt)
+        if v and not os.path.isabs(v):
+            print(f"error: --{opt} {v!r}: with --superlink, give the absolute path on the SuperLink's machine",
+                  file=sys.stderr)
+            return 2
+    if args.resume:
+        local = Path(args.resume)
+        if local.is_dir() and not (local / "checkpoint.npz").is_file():
+            print(f"error: --resume {local}: no checkpoint.npz (no completed round to resume from)", file=sys.stderr)
+            return 2
+        run_cfg = {"preset": "", "set": "", "out-dir": args.resume, "resume-dir": args.resume}
+        what = f"resume {args.resume}"
+    else:
+        if not args.preset:
+            print("error: --preset NAME is required (see 'corolla presets')", file=sys.stderr)
+            return 2
+        cfg = resolve(args.preset, overrides, args.config)
+        run_cfg = {"preset": args.preset, "set": " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items()),
+                   "out-dir": args.out or "", "resume-dir": ""}
+        what = f"{args.preset} ({cfg['method']}, {cfg['dataset']})"
+    run_cfg.update({"data-dir": args.data_dir or "", "min-nodes": nodes})
+    home = Path(tempfile.mkdtemp(prefix="corolla-flwr-"))
+    conn = "corolla"
+    ca = ""
+    if args.root_certificates:
+        ca_path = Path(args.root_certificates).expanduser().resolve()
+        if not ca_path.is_file():
+            print(f"error: --root-certificates {ca_path}: no such file", file=sys.stderr)
+            return 2
+        ca = f"root-certificates = {_toml_str(str(ca_path))}\n"
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{conn}"\n\n[superlink.{conn}]\naddress = {_toml_str(args.superlink)}\n'
+        + (ca or "insecure = true\n"))
+    env = flwr_env(home)
+    rc_file = home / "run-config.toml"
+    write_run_config(rc_file, run_cfg)
+    print(f"corolla: {what} -> SuperLink {args.superlink}" + (" (TLS)" if ca else " (insecure)")
+          + f", waiting for {nodes} SuperNode(s)")
+    proc = subprocess.Popen(["flwr", "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(APP_DIR))
+    run_id = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            m = re.search(r"Successfully started run (\d+)", line)
+            if m and run_id is None:
+                run_id = m.group(1)
+        proc.wait()
+    except KeyboardInterrupt:
+        if run_id is not None:
+            subprocess.run(["flwr", "stop", run_id, conn], env=env, cwd=str(APP_DIR), capture_output=True, timeout=60)
+        print(f"\ncorolla: interrupted; run {run_id} stopped on the SuperLink"
+              + (f" (resume with: corolla run --superlink {args.superlink} --resume {run_cfg['out-dir']})"
+                 if run_cfg["out-dir"] else ""), file=sys.stderr)
+        proc.kill()
+        return 130
+    if run_id is None:
+        print(f"corolla: the SuperLink at {args.superlink} did not start the run (flwr run exit code "
+              f"{proc.returncode})", file=sys.stderr)
+        return 1
+    status = run_status(env, conn, run_id)
+    out = Path(run_cfg["out-dir"]) if run_cfg["out-dir"] else None
+    if out is not None and (out / "summary.json").is_file():
+        summary = json.loads((out / "summary.json").read_text())
+        if summary.get("status") == "completed" and status == "finished:completed":
+            print(_summary_line(summary, out))
+    if status == "finished:completed":
+        print(f"corolla: run {run_id} completed")
+        return 0
+    print(f"corolla: run {run_id} did not complete: {status}", file=sys.stderr)
     return 1
 
 
@@ -289,7 +441,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     r.add_argument("--config", help="TOML file of config keys (between the preset and --set)")
     r.add_argument("--mode", choices=("local", "sim", "inproc"), default="local")
-    r.add_argument("--nodes", type=int, default=4)
+    r.add_argument("--nodes", type=int, default=None,
+                   help="SuperNodes to start (default: one per core, at most 8); with --superlink: "
+                        "how many to wait for before the run starts (default 1)")
+    r.add_argument("--superlink", metavar="HOST:PORT",
+                   help="submit to a running SuperLink (its Control API, e.g. superlink:8000) instead of "
+                        "starting processes; exits non-zero unless the run completes")
+    r.add_argument("--root-certificates", metavar="CA",
+                   help="with --superlink: the CA certificate of a TLS SuperLink (else insecure)")
     r.add_argument("--data-dir")
     r.add_argument("--out")
     r.add_argument("--resume", metavar="RUN_DIR")
@@ -300,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "run":
-            if args.nodes < 1:
+            if args.nodes is not None and args.nodes < 1:
                 ap.error("--nodes: expected >= 1")
             return run_command(args)
         return presets_command(args)

@@ -54,8 +54,11 @@ class StateStore:
                 (self.dir / f"c{cid}.r{v}.npz").unlink(missing_ok=True)
 
 
-def truncate(store: StateStore, cid: int, max_round: int) -> None:
-    """Delete versions newer than ``max_round`` (left by a run that was killed mid-round)."""
-    for v in store._versions(cid):
-        if v > max_round:
-            (store.dir / f"c{cid}.r{v}.npz").unlink(missing_ok=True)
+def truncate(store: StateStore, cids: list[int], max_round: int) -> None:
+    """Delete the versions of ``cids`` newer than ``max_round`` (left by a run that was killed
+    mid-round), in one listing of the directory."""
+    keep = set(cids)
+    for p in store.dir.iterdir():
+        m = _PAT.match(p.name)
+        if m and int(m.group(1)) in keep and int(m.group(2)) > max_round:
+            p.unlink(missing_ok=True)

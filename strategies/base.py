@@ -80,6 +80,9 @@ class CorollaStrategy(Strategy):
         self.restore_round = 0
         self.run_info: dict[str, Any] = {}              # run-key, state-dir, data-dir, cfg JSON
         self._reply_evals: dict[int, ClientResult] = {}  # this round's metrics sent with training
+        self.auto_nodes: set[int] = set()                # nodes with node config clients="auto"
+        self.client_info: dict[int, dict[str, int]] = {}  # every logical client an auto node can host
+        self._auto_assigned: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ hooks
     def setup(self) -> None:
@@ -306,7 +309,7 @@ class CorollaStrategy(Strategy):
 
     # ------------------------------------------------------------------ nodes
     def handshake(self, transport: Transport, node_ids: list[int]) -> None:
-        """Ask ``node_ids`` which logical clients they host."""
+        """Ask ``node_ids`` which logical clients they host (``auto`` nodes: which they can host)."""
         if not node_ids:
             return
         msgs = [(n, RecordDict({"config": self._config("handshake", 0, [])})) for n in node_ids]
@@ -325,9 +328,18 @@ class CorollaStrategy(Strategy):
                 continue
             self.n_items = n_items
             hosted = {int(c): v for c, v in json.loads(info["hosted"]).items()}
+            if bool(info.get("auto", False)):
+                # the node can host any logical client: it gets a block of those no fixed node hosts
+                self.auto_nodes.add(node)
+                for c, v in hosted.items():
+                    self.client_info.setdefault(c, v)
+                self.nodes[node] = []
+                log(INFO, "node %s takes logical clients assigned by the server (clients=auto)", node)
+                continue
             mine = []
             for c, v in sorted(hosted.items()):
-                if c in self.clients and self.clients[c]["node"] not in self.dead_nodes:
+                if c in self.clients and self.clients[c]["node"] not in self.dead_nodes \
+                        and self.clients[c]["node"] not in self.auto_nodes:
                     log(WARNING, "logical client %s is hosted by nodes %s and %s; keeping the first",
                         c, self.clients[c]["node"], node)
                     continue
@@ -335,14 +347,41 @@ class CorollaStrategy(Strategy):
                 mine.append(c)
             self.nodes[node] = mine
             log(INFO, "node %s hosts %d logical clients", node, len(mine))
+        self.assign_auto()
+
+    def assign_auto(self) -> None:
+        """Give the logical clients that no live fixed node hosts to the live ``auto`` nodes, in
+        contiguous blocks of client ids (nodes in id order); reassigned only when that set of
+        nodes changes. Every client's data and randomness depend on its id alone, so where it runs
+        does not change the results; its state moves with it when the nodes share ``state-dir``."""
+        live = sorted(n for n in self.auto_nodes if n not in self.dead_nodes)
+        if tuple(live) == self._auto_assigned:
+            return
+        self._auto_assigned = tuple(live)
+        fixed = {c for c, v in self.clients.items()
+                 if v["node"] not in self.auto_nodes and v["node"] not in self.dead_nodes}
+        pool = sorted(c for c in self.client_info if c not in fixed)
+        if not live:
+            return
+        for n in live:
+            self.nodes[n] = []
+        for node, block in zip(live, np.array_split(np.asarray(pool, np.int64), len(live))):
+            cids = [int(c) for c in block]
+            self.nodes[node] = cids
+            for c in cids:
+                self.clients[c] = {**self.client_info[c], "node": node}
+            log(INFO, "node %s is assigned logical clients %s", node,
+                f"{cids[0]}-{cids[-1]} ({len(cids)})" if cids else "none")
 
     def refresh_nodes(self, transport: Transport) -> None:
         live = set(transport.node_ids())
         for node in list(self.nodes):
             if node not in live and node not in self.dead_nodes:
-                log(WARNING, "node %s left; its logical clients %s are excluded", node, self.nodes[node])
+                log(WARNING, "node %s left; its logical clients %s are %s", node, self.nodes[node],
+                    "reassigned" if node in self.auto_nodes else "excluded")
                 self.dead_nodes.add(node)
         self.handshake(transport, sorted(live - set(self.nodes) - self.dead_nodes))
+        self.assign_auto()
 
     def available(self) -> list[int]:
         return sorted(c for c, v in self.clients.items() if v["node"] not in self.dead_nodes)
@@ -480,6 +519,7 @@ class CorollaStrategy(Strategy):
 
         for rnd in range(start_round, num_rounds + 1):
             t0 = time.perf_counter()
+            self.restore_round = rnd - 1   # a node that joins now drops client state newer than that
             self.refresh_nodes(transport)
             if not self.available():
                 raise RuntimeError(f"round {rnd}: no node with logical clients is left")

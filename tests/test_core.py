@@ -43,7 +43,7 @@ def test_state_store_versions(tmp_path):
     assert st.load(0, 2) is None  # dropped once round 3 is the newest below round 4
     assert st.load(0, 3)[1]["a"].tolist() == [3]
     assert st.load(0, 9)[0] == 4
-    truncate(st, 0, 3)
+    truncate(st, [0], 3)
     assert st.load(0, 9)[0] == 3
     assert st.load(1, 9) is None
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from corolla.cli import live_in_groups
 from server_app.app import run_federation
 from tests.inproc import InProcessTransport, partitions
 
@@ -52,19 +53,6 @@ def wait_for(path: Path, text: str, proc, timeout=240):
             raise AssertionError(f"run ended before '{text}':\n{proc.stdout.read()}")
         time.sleep(0.3)
     raise AssertionError(f"'{text}' not in {path} after {timeout} s")
-
-
-def live_in_groups(pgids):
-    """Processes still running (not zombies, which only wait to be reaped) in these process groups."""
-    live = []
-    for d in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) in pgids and fields[0] != "Z":
-            live.append(int(d.name))
-    return live
 
 
 def inproc(tmp_path, data_dir, nodes, extra=""):
@@ -110,7 +98,7 @@ def test_nan_and_wrong_shape_payloads_are_excluded(tmp_path, data_dir):
 def test_node_killed_mid_round_costs_only_its_contribution(tmp_path, data_dir):
     out = tmp_path / "kill"
     p = corolla(["--nodes", "3"] + sets(["num-rounds=4", "phase-timeout=60"]), out, data_dir)
-    wait_for(out / "progress.log", "round   2/4 evaluate", p)
+    wait_for(out / "progress.log", "round   2/4 train", p)
     victim = json.loads((out / "logs" / "pids.json").read_text())["supernodes"][2]
     os.killpg(victim, signal.SIGKILL)
     log, _ = p.communicate(timeout=600)
@@ -126,7 +114,7 @@ def test_node_killed_mid_round_costs_only_its_contribution(tmp_path, data_dir):
 def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir, how):
     out = tmp_path / "resume"
     p = corolla(["--nodes", "2"] + sets(["num-rounds=4"]), out, data_dir)
-    wait_for(out / "progress.log", "round   3/4 train", p)
+    wait_for(out / "progress.log", "round   2 valid", p)   # round 2 recorded (with round 3's message)
     if how == "ctrl-c":
         os.killpg(p.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
     else:
@@ -175,3 +163,55 @@ def test_fedca_through_real_superlink_equals_in_process(tmp_path, data_dir):
                              "out-dir": str(tmp_path / "fedca-inproc"), "data-dir": data_dir})
     assert s["metrics"] == ref["metrics"] and s["metrics_paper_compat"] == ref["metrics_paper_compat"]
     assert s["bytes_up"] == ref["bytes_up"] and s["bytes_down"] == ref["bytes_down"]
+
+
+def _free_port():
+    from corolla.cli import free_port
+
+    return free_port()
+
+
+def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
+    """``corolla run --superlink HOST:PORT`` against a SuperLink and two ``clients="auto"``
+    SuperNodes started apart (as compose does): the run completes with the numbers of the
+    in-process run, exit 0; a run that fails on the nodes exits non-zero (``flwr run`` would
+    exit 0)."""
+    from corolla.cli import wait_port
+
+    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT), FLWR_HOME=str(tmp_path / "home"),
+               FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05")
+    control, fleet = _free_port(), _free_port()
+    procs = []
+    try:
+        link = subprocess.Popen(["flower-superlink", "--insecure", "--disable-runtime-dependency-installation",
+                                 "--host", "127.0.0.1", "--port", str(control), "--fleet-api-address",
+                                 f"127.0.0.1:{fleet}"], env=env, cwd=tmp_path, start_new_session=True,
+                                stdout=open(tmp_path / "link.log", "w"), stderr=subprocess.STDOUT)
+        procs.append(link)
+        wait_port(control, link)
+        wait_port(fleet, link)
+        for i in range(2):
+            nc = f'clients="auto" data-dir="{data_dir}" state-dir="{tmp_path / "state"}"'
+            procs.append(subprocess.Popen(["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{fleet}",
+                                           "--host", "127.0.0.1", "--port", str(_free_port()), "--node-config", nc],
+                                          env=env, cwd=tmp_path, start_new_session=True,
+                                          stdout=open(tmp_path / f"node{i}.log", "w"), stderr=subprocess.STDOUT))
+        base = [sys.executable, "-m", "corolla.cli", "run", "--superlink", f"127.0.0.1:{control}", "--nodes", "2",
+                "--preset", "fedavg-mf-ml100k"] + sets()
+        p = subprocess.run(base + ["--out", str(tmp_path / "ok")], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "round   3 valid ndcg@10=" in p.stdout and "completed" in p.stdout   # streamed progress
+        s = json.loads((tmp_path / "ok" / "summary.json").read_text())
+        assert s["metrics"] == inproc(tmp_path, data_dir, 2)["metrics"]
+        bad = ["--set", "dataset=ml-1m", "--set", "split=ratio", "--set", "eval-negatives=1"]
+        q = subprocess.run(base + bad + ["--out", str(tmp_path / "bad")], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert q.returncode == 1 and "did not complete: finished:failed" in q.stderr, q.stdout + q.stderr
+    finally:
+        for pr in procs:
+            try:
+                os.killpg(pr.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            pr.wait()

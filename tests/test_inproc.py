@@ -140,3 +140,56 @@ def test_edge_file_errors_name_file_and_line(tmp_path, data_dir):
     bad.write_text("1,5,100\n99999,4,101\n")
     with pytest.raises(ValueError, match=r"bad.csv:2: item id '99999'"):
         edge_federation(bad, resolve(None, {}), data_dir)
+
+
+def test_auto_nodes_get_blocks_from_the_server_and_results_do_not_depend_on_their_number(tmp_path, data_dir):
+    """``clients = "auto"`` (compose's ``--scale supernode=N``): the server assigns contiguous
+    blocks; 1 or 3 auto nodes give the numbers of the 2 fixed partitions."""
+    fixed, _ = run(tmp_path, "fixed", data_dir, nodes=2)
+    for n in (1, 3):
+        t = InProcessTransport([{"clients": "auto", "data-dir": data_dir} for _ in range(n)])
+        s = run_federation(t, {"preset": "fedavg-mf-ml100k", "set": SMALL, "out-dir": str(tmp_path / f"auto{n}"),
+                               "data-dir": data_dir})
+        assert s["metrics"] == fixed["metrics"] and s["valid_metrics"] == fixed["valid_metrics"]
+        r = json.loads(open(tmp_path / f"auto{n}" / "rounds.jsonl").readline())
+        assert r["clients"] == 20 and r["phases"][0]["replies"] == n
+
+
+def test_auto_nodes_are_reassigned_when_one_joins_or_leaves(tmp_path, data_dir):
+    """A node that joins between rounds takes a block; one that leaves gives its block to the
+    others. With a shared state directory (compose's state volume) the clients' state moves with
+    them: joining changes nothing in the results; leaving costs only that round's contribution."""
+    fixed, _ = run(tmp_path, "fixed", data_dir, nodes=2, extra="num-rounds=4")
+    state = str(tmp_path / "shared-state")
+    auto = {"clients": "auto", "data-dir": data_dir, "state-dir": state}
+    t = InProcessTransport([auto, auto])
+    orig = t.exchange
+
+    def exchange(contents, mtype, timeout):
+        rnd = contents[0][1]["config"]["round"] if contents else 0
+        if mtype == "train" and rnd == 2 and len(t.nodes) == 2:
+            t.nodes[99_991] = dict(auto)   # a third node appears before round 2's message
+        return orig(contents, mtype, timeout)
+
+    t.exchange = exchange
+    s = run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=4",
+                           "out-dir": str(tmp_path / "join"), "data-dir": data_dir})
+    rounds = [json.loads(x) for x in open(tmp_path / "join" / "rounds.jsonl")]
+    assert [r["phases"][0]["replies"] for r in rounds] == [2, 2, 3, 3]   # joins at round 3's refresh
+    assert s["metrics"] == fixed["metrics"] and s["last_round_metrics"] == fixed["last_round_metrics"]
+
+    t = InProcessTransport([auto, auto, auto])
+    orig2 = t.exchange
+
+    def leave(contents, mtype, timeout):
+        if mtype == "train" and contents and contents[0][1]["config"]["round"] == 2:
+            t.dead.add(sorted(t.nodes)[2])   # the third node dies as round 2 is sent
+        return orig2(contents, mtype, timeout)
+
+    t.exchange = leave
+    s = run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=4",
+                           "out-dir": str(tmp_path / "leave"), "data-dir": data_dir})
+    rounds = [json.loads(x) for x in open(tmp_path / "leave" / "rounds.jsonl")]
+    assert s["status"] == "completed"
+    assert rounds[1]["phases"][0]["excluded"] and rounds[2]["clients"] == rounds[3]["clients"] == 20
+    assert [r["phases"][0]["replies"] for r in rounds] == [3, 2, 2, 2]
