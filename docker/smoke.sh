@@ -8,7 +8,8 @@
 # 2. docker compose up: fedavg-mf-ml100k, 3 rounds, 3 SuperNode containers -> runs/smoke-3, exit 0;
 # 3. the same with --scale supernode=5 -> runs/smoke-5, identical metrics required;
 # 4. the TLS overlay (fresh certificates, registered node keys), 3 nodes -> runs/smoke-tls, exit 0;
-# 5. a SuperNode container with an unregistered key against that TLS SuperLink: refused (exit 305).
+# 5. a SuperNode container with an unregistered key against that TLS SuperLink: refused (Flower's
+#    exit code 305 in its log, [code: 2004]; the process exits non-zero).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export COROLLA_DATA=${COROLLA_DATA:-../shared/datasets}
@@ -78,12 +79,12 @@ rc=0
 timeout 120 docker run --rm --network "$network" -v "$certs:/certs:ro" "$COROLLA_IMAGE" \
   flower-supernode --root-certificates /certs/ca.crt --auth-supernode-private-key /certs/stranger \
   --superlink superlink:9092 --node-config 'clients="auto"' >"$logs/stranger.log" 2>&1 || rc=$?
-if [ "$rc" -ne 305 ] || ! grep -q "2004" "$logs/stranger.log"; then
+if [ "$rc" -eq 0 ] || ! grep -q "code: 2004" "$logs/stranger.log" || ! grep -q "Exit Code: 305" "$logs/stranger.log"; then
   tail -20 "$logs/stranger.log"
   echo "FAILED: the unregistered SuperNode was not refused (exit code $rc)" >&2
   exit 1
 fi
-echo "unregistered SuperNode refused: exit code $rc, $(grep -o '\[code: 2004\][^.]*' "$logs/stranger.log" | head -1)"
+echo "unregistered SuperNode refused: container exit code $rc, $(grep -o '\[code: 2004\][^.]*' "$logs/stranger.log" | head -1), Flower exit code 305"
 cleanup
 
 echo "== metrics"

@@ -1,0 +1,286 @@
+"""Deployment: the compose files, TLS with SuperNode authentication, machines apart (network
+namespaces running the exact commands of docs/deployment.md) and, where a Docker daemon is
+reachable, a compose run.
+
+Each test that needs something this machine may lack (openssl and ssh-keygen, root for network
+namespaces, a Docker daemon and the image) is skipped with the reason printed.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_e2e import SMALL
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def doc_blocks(path: Path = ROOT / "docs" / "deployment.md") -> dict[str, str]:
+    """The ```bash blocks of the deployment page marked ``<!-- deploy:NAME -->``."""
+    text = path.read_text()
+    return {m.group(1): m.group(2) for m in re.finditer(r"<!-- deploy:([\w-]+) -->\s*```bash\n(.*?)```", text, re.S)}
+
+
+def _env(**extra) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COROLLA_OFFLINE="1", FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05",
+               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _need_tls_tools():
+    missing = [t for t in ("openssl", "ssh-keygen") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} to make certificates and node keys")
+
+
+def _kill(procs):
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc, timeout=60.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+# --------------------------------------------------------------------------- compose files
+
+def test_compose_files_define_the_services_and_the_gpu_profile():
+    base = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    tls = yaml.safe_load((ROOT / "docker" / "compose.tls.yaml").read_text())
+    svc = base["services"]
+    assert {"superlink", "supernode", "run", "supernode-gpu"} <= set(svc)
+    assert svc["superlink"]["command"] == ["superlink"] and svc["run"]["command"] == ["submit"]
+    assert any(v.endswith(":/data:ro") for v in svc["supernode"]["volumes"])     # datasets read-only
+    assert any(v.endswith(":/runs") for v in svc["run"]["volumes"])
+    assert "node-state:/state" in svc["supernode"]["volumes"]                   # shared client state
+    gpu = svc["supernode-gpu"]
+    assert gpu["profiles"] == ["gpu"]
+    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
+    assert tls["services"]["register"]["command"] == ["register"]
+    for name in ("supernode", "run"):
+        assert tls["services"][name]["depends_on"]["register"]["condition"] == "service_completed_successfully"
+    tool = (["docker", "compose"] if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+            else ["docker-compose"]) if shutil.which("docker") else ["docker-compose"]
+    if shutil.which(tool[0]) is None:
+        print("docker compose / docker-compose not installed: the files were checked as YAML only")
+        return
+    for files in (["-f", "compose.yaml"], ["-f", "compose.yaml", "-f", "docker/compose.tls.yaml"],
+                  ["-f", "compose.yaml", "--profile", "gpu"]):
+        p = subprocess.run(tool + files + ["config", "-q"], cwd=ROOT, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+
+
+# --------------------------------------------------------------------------- TLS on loopback
+
+def test_tls_superlink_refuses_an_unregistered_node_and_runs_with_a_registered_one(tmp_path, data_dir):
+    _need_tls_tools()
+    certs = tmp_path / "certs"
+    subprocess.run(["bash", str(ROOT / "docker" / "certs.sh"), str(certs), "2"], check=True, capture_output=True)
+    control, fleet = _free_port(), _free_port()
+    env = _env(FLWR_HOME=tmp_path / "home")
+    procs = []
+    try:
+        link = subprocess.Popen(
+            ["flower-superlink", "--ssl-ca-certfile", f"{certs}/ca.crt", "--ssl-certfile", f"{certs}/server.pem",
+             "--ssl-keyfile", f"{certs}/server.key", "--enable-supernode-auth",
+             "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(control),
+             "--fleet-api-address", f"127.0.0.1:{fleet}"],
+            env=env, cwd=tmp_path, start_new_session=True, stdout=open(tmp_path / "link.log", "w"),
+            stderr=subprocess.STDOUT)
+        procs.append(link)
+        _wait_port(control, link)
+        _wait_port(fleet, link)
+        (tmp_path / "home").mkdir(exist_ok=True)
+        (tmp_path / "home" / "config.toml").write_text(
+            f'[superlink]\ndefault = "c"\n[superlink.c]\naddress = "127.0.0.1:{control}"\n'
+            f'root-certificates = "{certs}/ca.crt"\n')
+        reg = subprocess.run(["flwr", "supernode", "register", f"{certs}/keys/node0.pub", "c"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert reg.returncode == 0 and "registered successfully" in reg.stdout, reg.stdout + reg.stderr
+
+        def node(key, i):
+            nc = f'clients="auto" data-dir="{data_dir}" state-dir="{tmp_path / "state"}"'
+            return subprocess.Popen(
+                ["flower-supernode", "--root-certificates", f"{certs}/ca.crt", "--auth-supernode-private-key",
+                 f"{certs}/keys/{key}", "--superlink", f"127.0.0.1:{fleet}", "--host", "127.0.0.1",
+                 "--port", str(_free_port()), "--node-config", nc],
+                env=env, cwd=tmp_path, start_new_session=True, stdout=open(tmp_path / f"node{i}.log", "w"),
+                stderr=subprocess.STDOUT)
+
+        procs.append(node("node0", 0))
+        stranger = node("node1", 1)     # its key was never registered
+        procs.append(stranger)
+        assert stranger.wait(timeout=120) != 0   # it logs Flower's exit code 305, the process returns 1
+        refused = (tmp_path / "node1.log").read_text()
+        assert "[code: 2004] Failed to activate SuperNode" in refused and "Exit Code: 305" in refused
+        run = subprocess.run(
+            [sys.executable, "-m", "corolla.cli", "run", "--superlink", f"127.0.0.1:{control}",
+             "--root-certificates", f"{certs}/ca.crt", "--preset", "fedavg-mf-ml100k", "--out", str(tmp_path / "out")]
+            + [a for s in SMALL + ["num-rounds=1"] for a in ("--set", s)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout + run.stderr
+        s = json.loads((tmp_path / "out" / "summary.json").read_text())
+        assert s["status"] == "completed" and s["rounds_completed"] == 1
+    finally:
+        _kill(procs)
+
+
+# --------------------------------------------------------------------------- machines apart
+
+def _can_netns() -> str:
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "network namespaces need iproute2's ip"
+    probe = f"corprobe{os.getpid()}"
+    p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"cannot create a network namespace here: {p.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return ""
+
+
+def test_across_network_namespaces(tmp_path, data_dir):
+    """The SuperLink, a shard node and an edge node in three network namespaces, each node
+    reaching the SuperLink's namespace only through its own veth link (a bridge there), TLS and
+    SuperNode authentication on, running the exact commands of docs/deployment.md."""
+    why = _can_netns()
+    if why:
+        pytest.skip(why)
+    _need_tls_tools()
+    blocks = doc_blocks()
+    assert {"certs", "superlink", "register", "shard-node", "edge-node", "submit"} <= set(blocks)
+    tag = f"{os.getpid() % 100000}"
+    ns = {"link": f"corl{tag}", "shard": f"cors{tag}", "edge": f"core{tag}"}
+    sh = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True, text=True)  # noqa: E731
+    procs = []
+    try:
+        for n in ns.values():
+            sh("ip", "netns", "add", n)
+            sh("ip", "-n", n, "link", "set", "lo", "up")
+        sh("ip", "-n", ns["link"], "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", ns["link"], "addr", "add", "10.231.0.1/24", "dev", "br0")
+        sh("ip", "-n", ns["link"], "link", "set", "br0", "up")
+        for i, role in enumerate(("shard", "edge")):
+            a, b = f"v{tag}l{i}", f"v{tag}n{i}"
+            sh("ip", "link", "add", a, "netns", ns["link"], "type", "veth", "peer", "name", b, "netns", ns[role])
+            sh("ip", "-n", ns["link"], "link", "set", a, "master", "br0")
+            sh("ip", "-n", ns["link"], "link", "set", a, "up")
+            sh("ip", "-n", ns[role], "addr", "add", f"10.231.0.{i + 2}/24", "dev", b)
+            sh("ip", "-n", ns[role], "link", "set", b, "up")
+        rows = [line.split("\t") for line in open(f"{data_dir}/ml-100k/u.data") if line.startswith("1\t")]
+        mine = tmp_path / "me.csv"
+        mine.write_text("".join(f"{r[1]},{r[2]},{r[3].strip()}\n" for r in rows))
+        extra = " ".join(f"--set {s}" for s in SMALL + ["num-rounds=2"])
+        env = _env(LINK="10.231.0.1", CERTS=tmp_path / "certs", DATA=data_dir, MY_FILE=mine, RUNS=tmp_path / "runs",
+                   EXTRA=extra)
+
+        def in_ns(role, block, name, background=False, **more):
+            e = dict(env, STATE=str(tmp_path / f"state-{name}"), FLWR_HOME=str(tmp_path / f"flwr-{role}"), **more)
+            cmd = ["ip", "netns", "exec", ns[role], "bash", "-ec", blocks[block]]
+            log = open(tmp_path / f"{name}.log", "w")
+            p = subprocess.Popen(cmd, cwd=ROOT, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            if background:
+                procs.append(p)
+                return p
+            p.wait(timeout=600)
+            return p
+
+        assert in_ns("link", "certs", "certs").returncode == 0, (tmp_path / "certs.log").read_text()
+        link = in_ns("link", "superlink", "superlink", background=True)
+        for _ in range(120):   # the Control API answers inside the SuperLink's namespace
+            if subprocess.run(["ip", "netns", "exec", ns["link"], "bash", "-c", "echo > /dev/tcp/127.0.0.1/8000"],
+                              capture_output=True).returncode == 0:
+                break
+            assert link.poll() is None, (tmp_path / "superlink.log").read_text()
+            time.sleep(0.5)
+        assert in_ns("link", "register", "register").returncode == 0, (tmp_path / "register.log").read_text()
+        # the shard node's namespace reaches the SuperLink's address, not its loopback
+        assert subprocess.run(["ip", "netns", "exec", ns["shard"], "bash", "-c", "echo > /dev/tcp/127.0.0.1/8000"],
+                              capture_output=True).returncode != 0
+        in_ns("shard", "shard-node", "shard-node", background=True)
+        in_ns("edge", "edge-node", "edge-node", background=True)
+        submit = in_ns("link", "submit", "submit")
+        log = (tmp_path / "submit.log").read_text()
+        assert submit.returncode == 0, log
+        s = json.loads((tmp_path / "runs" / "across-machines" / "summary.json").read_text())
+        rounds = [json.loads(x) for x in (tmp_path / "runs" / "across-machines" / "rounds.jsonl").read_text().splitlines()]
+        assert s["status"] == "completed" and s["rounds_completed"] == 2
+        assert rounds[0]["clients"] == 21 and not rounds[0]["phases"][0]["excluded"]   # 20 shard clients + the edge user
+        assert rounds[0]["phases"][0]["replies"] == 2
+        assert rounds[-1]["users"]["test"] == 944
+    finally:
+        _kill(procs)
+        for n in ns.values():
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+# --------------------------------------------------------------------------- Docker
+
+def _docker_reason(image: str) -> str:
+    if shutil.which("docker") is None:
+        return "no docker client"
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        return "no Docker daemon reachable"
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
+        return f"image {image} not built (docker/build-offline.sh)"
+    if shutil.which("docker-compose") is None and \
+            subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0:
+        return "neither docker compose nor docker-compose"
+    return ""
+
+
+def test_compose_run_completes_with_results_on_the_host(tmp_path, data_dir):
+    image = os.environ.get("COROLLA_IMAGE", "corolla:latest")
+    why = _docker_reason(image)
+    if why:
+        print(f"skipped: {why}")
+        pytest.skip(why)
+    tool = ["docker", "compose"] if subprocess.run(["docker", "compose", "version"],
+                                                   capture_output=True).returncode == 0 else ["docker-compose"]
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    project = f"corollatest{os.getpid()}"
+    env = dict(os.environ, COROLLA_DATA=str(Path(data_dir).resolve()), COROLLA_RUNS=str(runs), COROLLA_IMAGE=image,
+               COROLLA_PRESET="fedavg-mf-ml100k", COROLLA_ROUNDS="1", COROLLA_NODES="2", COROLLA_RUN_NAME="compose",
+               COROLLA_OFFLINE="1", COROLLA_SET=" ".join(SMALL + ["num-rounds=1"]),
+               COROLLA_CONTROL_PORT=str(_free_port()), COROLLA_FLEET_PORT=str(_free_port()))
+    base = tool + ["-p", project, "-f", str(ROOT / "compose.yaml")]
+    try:
+        p = subprocess.run(base + ["up", "--no-build", "--scale", "supernode=2", "--exit-code-from", "run"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        s = json.loads((runs / "compose" / "summary.json").read_text())
+        assert s["status"] == "completed" and s["rounds_completed"] == 1
+    finally:
+        subprocess.run(base + ["down", "-v"], cwd=ROOT, env=env, capture_output=True, timeout=300)
