@@ -1,5 +1,6 @@
-"""The one-user harness (FedCA spec B1–B4, PFedRec: UFGRAPHFR spec §8): FedCA and the per-user
-baselines on the same footing.
+"""FedCA's clients (FedCA spec B1–B4) and the per-user MF/NCF baselines (FedAvg, FCF, FedAtt,
+Local) on the one-user harness (``client_app.oneuser``, shared with PFedRec, UFGraphFR and
+GPFedRec).
 
 Every logical client is one user with its own copy of the model: a 1 × d user vector, a full
 M × d item table and, for NCF, the MLP tower (``corolla.models`` MF = the code's PMF/FCF, NCF =
@@ -25,9 +26,9 @@ Round (``train`` phase), per client:
    ``num-examples`` = the number of training rows (n_u, spec B4.4). The user vector never leaves;
 5. evaluation, fused into the reply when the round is evaluated: each user ranks its held-out
    item among its 99 negatives with its own post-training parameters (spec B2). Only FedCA's
-   aggregated clients are evaluated again in the ``evaluate`` phase, where they receive
-   Q_g[u], interpolate, keep the interpolated parameters as their state (the next round starts
-   from them, spec B4.1) and evaluate with them.
+   aggregated clients are evaluated again, with the next round's message (or an ``evaluate``
+   message after the last round): they receive Q_g[u], interpolate, keep the interpolated
+   parameters as their state (the next round starts from them, spec B4.1) and evaluate with them.
 
 Scores are the model's sigmoid outputs in float32 (the code's), so saturated scores tie; the
 paper-compatible metrics rank ties against the positive.
@@ -40,43 +41,18 @@ from functools import partial
 import numpy as np
 import torch
 
-from client_app.base import LogicalClient, PhaseResult
+from client_app.base import PhaseResult
+from client_app.oneuser import OneUserBase, evaluate_stacked, evaluated, round_samples
 from corolla import composite
-from corolla import metrics as M
 from corolla.models.factory import build_model, init_params, shared_init
-from corolla.models.stacked import (
-    epoch_permutations,
-    mlp_layer_names,
-    stack,
-    stacked_logits,
-    train_stacked,
-    train_users,
-    training_rows,
-)
-from corolla.models.train import item_pools
-from corolla.util import rng, stable_seed
+from corolla.models.stacked import mlp_layer_names, stack, stacked_logits, train_stacked, train_users
+from corolla.util import stable_seed
 
 AVERAGING = ("fedavg", "fcf", "fedatt")
 
 
-def _sigmoid_scores(params: dict[str, torch.Tensor], items: torch.Tensor, pfedrec: bool = False) -> np.ndarray:
-    with torch.no_grad():
-        if pfedrec:   # PFedRec: Linear(d, 1) on the item embedding, no user vector
-            d = params["item.weight"].shape[2]
-            q = torch.gather(params["item.weight"], 1, items[..., None].expand(*items.shape, d))
-            logits = (q * params["affine.weight"]).sum(-1) + params["affine.bias"]
-        else:
-            logits = stacked_logits(params, items, mlp_layer_names(params))
-        return torch.sigmoid(logits).cpu().numpy().astype(np.float32)
-
-
-class OneUserClient(LogicalClient):
-    """One user, one model; see the module docstring."""
-
-    def __init__(self, cfg, fed, cid, users, device):
-        if len(users) != 1:
-            raise ValueError(f"harness 'one-user': logical client {cid} holds {len(users)} users, expected 1")
-        super().__init__(cfg, fed, cid, users, device)
+class OneUserClient(OneUserBase):
+    """One user, one MF/NCF model; see the module docstring."""
 
     # ------------------------------------------------------------------ state
     def init_state(self) -> dict[str, np.ndarray]:
@@ -112,7 +88,7 @@ class OneUserClient(LogicalClient):
         trained, losses = train_users(starts, samples, perms, partial(
             train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=cfg["lr-mlp"],
             wd_mlp=cfg["mlp-weight-decay"], early_break=cfg["early-break"]), dev)
-        evals = (evaluate_stacked(clients, stack(trained, names, dev)) if evaluated(cfg, rnd)
+        evals = (evaluate_stacked(clients, stacked_scorer(stack(trained, names, dev))) if evaluated(cfg, rnd)
                  else [{}] * len(clients))
         out = []
         for c, new, rows, loss, ev, pers in zip(clients, trained, samples, losses, evals, personals):
@@ -136,7 +112,7 @@ class OneUserClient(LogicalClient):
         cfg = clients[0].cfg
         new_states = [interpolate(s, p, cfg["fedca-rho"]) if p else s for s, p in zip(states, personals)]
         params = stack(new_states, list(new_states[0]), clients[0].device)
-        evals = evaluate_stacked(clients, params)
+        evals = evaluate_stacked(clients, stacked_scorer(params))
         return [PhaseResult(metrics=ev, state=ns if p else None)
                 for ev, ns, p in zip(evals, new_states, personals)]
 
@@ -144,29 +120,7 @@ class OneUserClient(LogicalClient):
         params = stack([state], list(state), self.device)
         it = torch.as_tensor(np.asarray(items).reshape(1, -1) if items is not None
                              else np.arange(self.fed.n_items)[None], device=self.device)
-        return _sigmoid_scores(params, it).reshape(len(local_users), -1)
-
-
-def round_samples(clients, rnd: int) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
-    """Round ``rnd``'s training rows of each one-user client (every train positive followed by
-    ``num-negatives`` distinct negatives from ``neg-pool``: with ``uninteracted``, the items it
-    never interacted with in any split, spec B1) and
-    its row order in each local epoch; seeded by (seed, client, round)."""
-    cfg, fed = clients[0].cfg, clients[0].fed
-    samples, perms = [], []
-    for c in clients:
-        u = int(c.users[0])
-        pool = np.flatnonzero(item_pools(fed, c.users, cfg["neg-pool"], c.item_mask)[0])
-        rows = training_rows(fed.rows("train", u).astype(np.int64), pool, cfg["num-negatives"],
-                             rng(cfg["seed"], "negatives", c.cid, rnd))
-        samples.append(rows)
-        perms.append(epoch_permutations(rng(cfg["seed"], "shuffle", c.cid, rnd), len(rows["item"]),
-                                        cfg["local-epochs"]))
-    return samples, perms
-
-
-def evaluated(cfg, rnd: int) -> bool:
-    return rnd % cfg["eval-every"] == 0 or rnd == cfg["num-rounds"]
+        return stacked_scorer(params)(torch.zeros(1, dtype=torch.long), it).reshape(len(local_users), -1)
 
 
 def interpolate(own: dict[str, np.ndarray], agg: dict[str, np.ndarray], rho: float) -> dict[str, np.ndarray]:
@@ -183,29 +137,13 @@ def descriptor(cfg, item_table: np.ndarray, sample_items: np.ndarray, train_item
     return composite.left_basis(item_table[train_items], cfg["fedca-k"])
 
 
-def evaluate_stacked(clients, params: dict[str, torch.Tensor], pfedrec: bool = False) -> list[dict[str, list[float]]]:
-    """Leave-one-out metrics of every client's user on valid and test (spec B2), batched."""
-    fed, cfg = clients[0].fed, clients[0].cfg
-    ks = clients[0].ks
-    out: list[dict[str, list[float]]] = [{} for _ in clients]
-    for split in ("valid", "test"):
-        neg = fed.neg_valid if split == "valid" else fed.neg_test
-        rows, cand = [], []
-        for j, c in enumerate(clients):
-            u = int(c.users[0])
-            held = fed.rows(split, u)
-            if len(held):
-                rows.append(j)
-                cand.append(np.r_[neg[u], held[0]])
-        if not rows:
-            continue
-        idx = torch.as_tensor(rows, device=params["item.weight"].device)
-        sub = {k: v[idx] for k, v in params.items()}
-        s = _sigmoid_scores(sub, torch.as_tensor(np.stack(cand), device=idx.device), pfedrec)
-        res = M.loo_user_metrics(s[:, -1], s[:, :-1], ks)
-        if cfg["compat-ties-against-positive"]:
-            res.update({f"ties:{k}": v for k, v in M.loo_user_metrics(s[:, -1], s[:, :-1], ks, True).items()})
-        for r, j in enumerate(rows):
-            for k, v in res.items():
-                out[j][f"{split}/{k}"] = [float(v[r])]
-    return out
+def stacked_scorer(params: dict[str, torch.Tensor]):
+    """Sigmoid scores of MF/NCF for :func:`client_app.oneuser.evaluate_stacked`."""
+    names = mlp_layer_names(params)
+
+    def score(idx: torch.Tensor, items: torch.Tensor) -> np.ndarray:
+        with torch.no_grad():
+            sub = {k: v[idx] for k, v in params.items()}
+            return torch.sigmoid(stacked_logits(sub, items, names)).cpu().numpy().astype(np.float32)
+
+    return score

@@ -17,20 +17,15 @@ from functools import partial
 
 import numpy as np
 
-from client_app.base import LogicalClient, PhaseResult
-from client_app.fedca import evaluate_stacked, evaluated, round_samples
+from client_app.base import PhaseResult
+from client_app.oneuser import OneUserBase, evaluate_stacked, evaluated, round_samples
 from corolla.models.pfedrec import pfedrec_init
 from corolla.models.stacked import stack, train_pfedrec_stacked, train_users
 
 UPLOAD = ("item.weight", "affine.bias")
 
 
-class PFedRecClient(LogicalClient):
-    def __init__(self, cfg, fed, cid, users, device):
-        if len(users) != 1:
-            raise ValueError(f"PFedRec: logical client {cid} holds {len(users)} users, expected 1")
-        super().__init__(cfg, fed, cid, users, device)
-
+class PFedRecClient(OneUserBase):
     def init_state(self) -> dict[str, np.ndarray]:
         return pfedrec_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
 
@@ -50,7 +45,7 @@ class PFedRecClient(LogicalClient):
         lr_item = cfg["lr"] * fed.n_items * cfg["pfedrec-lr-eta"]
         trained, losses = train_users(starts, samples, perms, partial(
             train_pfedrec_stacked, batch_size=cfg["batch-size"], lr=cfg["lr"], lr_item=lr_item), dev)
-        evals = (evaluate_stacked(clients, stack(trained, list(trained[0]), dev), pfedrec=True)
+        evals = (evaluate_stacked(clients, pfedrec_scorer(stack(trained, list(trained[0]), dev)))
                  if evaluated(cfg, rnd) else [{}] * len(clients))
         return [PhaseResult(payload={k: new[k] for k in UPLOAD},
                             metrics={"num-examples": len(rows["item"]), "train-loss": float(loss), **ev},
@@ -61,3 +56,16 @@ class PFedRecClient(LogicalClient):
         q = state["item.weight"] if items is None else state["item.weight"][np.asarray(items).reshape(-1)]
         logit = q @ state["affine.weight"].reshape(-1) + state["affine.bias"][0]
         return (1.0 / (1.0 + np.exp(-logit))).astype(np.float32).reshape(len(local_users), -1)
+
+
+def pfedrec_scorer(params):
+    """Sigmoid scores of PFedRec's Linear(d, 1) on the item embedding (no user vector)."""
+    import torch
+
+    def score(idx, items):
+        with torch.no_grad():
+            table, w, b = params["item.weight"][idx], params["affine.weight"][idx], params["affine.bias"][idx]
+            q = torch.gather(table, 1, items[..., None].expand(*items.shape, table.shape[2]))
+            return torch.sigmoid((q * w).sum(-1) + b).cpu().numpy().astype(np.float32)
+
+    return score

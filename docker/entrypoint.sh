@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Corolla image entry point: one image, several roles.
 #
-#   superlink   flower-superlink (Fleet API 9092, Control API 8000); TLS and SuperNode
-#               authentication when COROLLA_CERTS holds ca.crt, server.pem, server.key
+#   superlink   flower-superlink (Fleet API 9092, Control API 8000); with COROLLA_CERTS (ca.crt,
+#               server.pem, server.key, keys/*.pub): TLS and SuperNode authentication, and it
+#               registers every public key in keys/ itself, then marks the claims volume ready
 #   supernode   flower-supernode with node config clients="auto" (or COROLLA_NODE_CONFIG);
-#               TLS when COROLLA_CERTS is set, with a node key claimed from COROLLA_CERTS/keys
-#   register    (TLS) register every public key in COROLLA_CERTS/keys with the SuperLink
+#               TLS when COROLLA_CERTS is set, with a node key of its own claimed from keys/
+#   register    (TLS) register every public key in COROLLA_CERTS/keys with a running SuperLink
 #   submit      corolla run --superlink COROLLA_CONTROL (default superlink:8000), preset, rounds and
 #               overrides from COROLLA_PRESET, COROLLA_ROUNDS, COROLLA_SET; results in /runs
 #   anything else is executed as given (e.g. `corolla presets`, `bash`)
@@ -66,30 +67,42 @@ role=${1:-help}
 [ $# -gt 0 ] && shift
 case "$role" in
   superlink)
-    if [ -n "$certs" ]; then
-      tls=(--ssl-ca-certfile "$certs/ca.crt" --ssl-certfile "$certs/server.pem" --ssl-keyfile "$certs/server.key"
-           --enable-supernode-auth)
-    else
-      tls=(--insecure)
+    link_args=(--disable-runtime-dependency-installation --fleet-api-address 0.0.0.0:9092 --host 0.0.0.0 --port 8000)
+    if [ -z "$certs" ]; then
+      exec flower-superlink --insecure "${link_args[@]}" "$@"
     fi
-    exec flower-superlink "${tls[@]}" --disable-runtime-dependency-installation \
-      --fleet-api-address 0.0.0.0:9092 --host 0.0.0.0 --port 8000 "$@"
+    # TLS: the SuperLink keeps registered keys in memory, so it registers the pool at every start
+    mkdir -p "$claims"
+    rm -rf "${claims:?}"/* "$claims/.registered"
+    flower-superlink --ssl-ca-certfile "$certs/ca.crt" --ssl-certfile "$certs/server.pem" \
+      --ssl-keyfile "$certs/server.key" --enable-supernode-auth "${link_args[@]}" "$@" &
+    link_pid=$!
+    trap 'kill -TERM "$link_pid" 2>/dev/null' TERM INT
+    control=127.0.0.1:8000
+    wait_tcp "$control"
+    flwr_connection
+    for pub in "$certs"/keys/*.pub; do
+      flwr supernode register "$pub" corolla
+    done
+    touch "$claims/.registered"
+    wait "$link_pid"
     ;;
   supernode)
     nc=${COROLLA_NODE_CONFIG:-clients=\"auto\" data-dir=\"/data\" state-dir=\"/state\"}
+    wait_tcp "$fleet"
     if [ -n "$certs" ]; then
+      for _ in $(seq 1 240); do [ -f "$claims/.registered" ] && break; sleep 0.5; done
+      [ -f "$claims/.registered" ] || { echo "the SuperLink did not register the node keys" >&2; exit 1; }
       key=$(claim_key)
       tls=(--root-certificates "$certs/ca.crt" --auth-supernode-private-key "$key")
       echo "SuperNode with key $(basename "$key")"
     else
       tls=(--insecure)
     fi
-    wait_tcp "$fleet"
     exec flower-supernode "${tls[@]}" --superlink "$fleet" --host 127.0.0.1 --port 9094 --node-config "$nc" "$@"
     ;;
   register)
     [ -n "$certs" ] || { echo "register: COROLLA_CERTS is not set" >&2; exit 2; }
-    rm -rf "${claims:?}"/* 2>/dev/null || true
     wait_tcp "$control"
     flwr_connection
     for pub in "$certs"/keys/*.pub; do

@@ -66,7 +66,8 @@ rc=0
 COROLLA_RESUME=faults-link dc run --rm --no-deps run >"$logs/b-resume.log" 2>&1 || rc=$?
 tail -3 "$logs/b-resume.log"
 dc down -v >/dev/null 2>&1
-corolla run --preset fedavg-mf-ml100k --mode inproc --nodes 3 --set num-rounds=5 --data-dir "$COROLLA_DATA" \
+corolla_cli=$(command -v corolla || echo .venv/bin/corolla)   # the host install (README's set-up)
+"$corolla_cli" run --preset fedavg-mf-ml100k --mode inproc --nodes 3 --set num-rounds=5 --data-dir "$COROLLA_DATA" \
   --out "$logs/reference" >/dev/null
 python3 - "$rc" "$logs/reference/summary.json" <<'PY'
 import json, sys

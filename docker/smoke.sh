@@ -66,12 +66,11 @@ run_compose 3 smoke-tls -f compose.yaml -f docker/compose.tls.yaml
 
 echo "== an unregistered SuperNode against the TLS SuperLink"
 ssh-keygen -q -t ecdsa -b 384 -N "" -C stranger -f "$certs/stranger"
-"${compose[@]}" -p "$project" -f compose.yaml -f docker/compose.tls.yaml up -d superlink register \
+"${compose[@]}" -p "$project" -f compose.yaml -f docker/compose.tls.yaml up -d superlink \
   >"$logs/tls-refuse.log" 2>&1
-for _ in $(seq 1 60); do
-  state=$(docker inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$("${compose[@]}" -p "$project" \
-    -f compose.yaml -f docker/compose.tls.yaml ps -q register)" 2>/dev/null || echo "missing")
-  [ "$state" = "exited 0" ] && break
+link=$("${compose[@]}" -p "$project" -f compose.yaml -f docker/compose.tls.yaml ps -q superlink)
+for _ in $(seq 1 120); do   # the SuperLink registers the key pool, then marks the claims volume
+  docker exec "$link" test -f /claims/.registered 2>/dev/null && break
   sleep 1
 done
 network=$(docker network ls --format '{{.Name}}' | grep "^${project}_default$")

@@ -86,9 +86,9 @@ def test_compose_files_define_the_services_and_the_gpu_profile():
     gpu = svc["supernode-gpu"]
     assert gpu["profiles"] == ["gpu"]
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
-    assert tls["services"]["register"]["command"] == ["register"]
-    for name in ("supernode", "run"):
-        assert tls["services"][name]["depends_on"]["register"]["condition"] == "service_completed_successfully"
+    for name in ("superlink", "supernode", "run"):
+        assert tls["services"][name]["environment"]["COROLLA_CERTS"] == "/certs"
+    assert "node-claims:/claims" in tls["services"]["supernode"]["volumes"]   # one key per replica
     tool = (["docker", "compose"] if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
             else ["docker-compose"]) if shutil.which("docker") else ["docker-compose"]
     if shutil.which(tool[0]) is None:

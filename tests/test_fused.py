@@ -18,7 +18,7 @@ PRESETS = [p.name for p in list_presets()]
 def shrink(preset: str) -> str:
     """Overrides that keep a preset's method, model, protocol and switches but make it small."""
     cfg = resolve(preset)
-    out = ["num-rounds=3"]
+    out = ["num-rounds=2"]
     if cfg["harness"] == "one-user":
         out.append("local-epochs=1")
         out.append("min-user-interactions=300" if cfg["dataset"] == "ml-100k" else "min-user-interactions=150")
@@ -81,8 +81,8 @@ def test_early_stop_with_fused_evaluation_equals_separate_messages(tmp_path, dat
 def test_fedca_aggregates_reach_their_clients_with_the_next_training(tmp_path, data_dir):
     """FedCA's Q_g[u] of an evaluated round is the evaluation download of the aggregated clients,
     carried by the next round's train message: same bytes down as separate messages."""
-    fused, rf = _run(tmp_path, "fedca-pmf-ml100k", data_dir, "", "fused")
-    plain, rp = _run(tmp_path, "fedca-pmf-ml100k", data_dir, "fused-evaluation=false", "plain")
+    fused, rf = _run(tmp_path, "fedca-pmf-ml100k", data_dir, "num-rounds=3", "fused")
+    plain, rp = _run(tmp_path, "fedca-pmf-ml100k", data_dir, "num-rounds=3 fused-evaluation=false", "plain")
     assert [p["name"] for p in rf[0]["phases"]] == ["train"]
     assert [p["name"] for p in rf[1]["phases"]] == ["train+evaluate"]
     assert [p["name"] for p in rf[2]["phases"]] == ["train+evaluate", "evaluate"]

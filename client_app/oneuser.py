@@ -1,0 +1,93 @@
+"""The one-user harness shared by FedCA, PFedRec, UFGraphFR, GPFedRec and their baselines
+(FedCA spec B1–B3; UFGRAPHFR spec §1.2, §6): every logical client is one user with its own copy
+of its model, all the users a node hosts train batched (``corolla.models.stacked`` and each
+method's batched trainer), and evaluation is leave-one-out against the fixed negatives with each
+user's own post-training model, fused into the training reply.
+
+* :func:`round_samples` — round ``rnd``'s training rows of each client: every train positive
+  followed by ``num-negatives`` distinct negatives from ``neg-pool`` (``uninteracted``: items the
+  user never interacted with in any split), re-drawn every round, and the row order of each local
+  epoch; seeded by (seed, client, round), so the node that hosts a client does not matter;
+* :func:`evaluate_stacked` — valid and test metrics of every client on its held-out item and its
+  negatives, from a batched scoring function;
+* :class:`OneUserBase` — the one-user check every such client shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from client_app.base import LogicalClient
+from corolla import metrics as M
+from corolla.models.stacked import epoch_permutations, training_rows
+from corolla.models.train import item_pools
+from corolla.util import rng
+
+
+class OneUserBase(LogicalClient):
+    """A logical client that is exactly one user."""
+
+    def __init__(self, cfg, fed, cid, users, device):
+        if len(users) != 1:
+            raise ValueError(f"harness 'one-user': logical client {cid} holds {len(users)} users, expected 1")
+        super().__init__(cfg, fed, cid, users, device)
+
+    @property
+    def user(self) -> int:
+        return int(self.users[0])
+
+
+def round_samples(clients, rnd: int) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
+    """Round ``rnd``'s training rows of each one-user client (every train positive followed by
+    ``num-negatives`` distinct negatives from ``neg-pool``: with ``uninteracted``, the items it
+    never interacted with in any split, spec B1) and
+    its row order in each local epoch; seeded by (seed, client, round)."""
+    cfg, fed = clients[0].cfg, clients[0].fed
+    samples, perms = [], []
+    for c in clients:
+        u = int(c.users[0])
+        pool = np.flatnonzero(item_pools(fed, c.users, cfg["neg-pool"], c.item_mask)[0])
+        rows = training_rows(fed.rows("train", u).astype(np.int64), pool, cfg["num-negatives"],
+                             rng(cfg["seed"], "negatives", c.cid, rnd))
+        samples.append(rows)
+        perms.append(epoch_permutations(rng(cfg["seed"], "shuffle", c.cid, rnd), len(rows["item"]),
+                                        cfg["local-epochs"]))
+    return samples, perms
+
+
+def evaluated(cfg, rnd: int) -> bool:
+    return rnd % cfg["eval-every"] == 0 or rnd == cfg["num-rounds"]
+
+
+def evaluate_stacked(clients, score: Callable) -> list[dict[str, list[float]]]:
+    """Leave-one-out metrics of every client's user on valid and test (FedCA spec B2, UFGraphFR
+    §6), batched: ``score(idx, items)`` returns the float32 scores of the clients at positions
+    ``idx`` (a tensor) on their candidate items (clients × 100, the held-out item last)."""
+    import torch
+
+    fed, cfg = clients[0].fed, clients[0].cfg
+    ks = clients[0].ks
+    out: list[dict[str, list[float]]] = [{} for _ in clients]
+    for split in ("valid", "test"):
+        neg = fed.neg_valid if split == "valid" else fed.neg_test
+        rows, cand = [], []
+        for j, c in enumerate(clients):
+            u = int(c.users[0])
+            held = fed.rows(split, u)
+            if len(held):
+                rows.append(j)
+                cand.append(np.r_[neg[u], held[0]])
+        if not rows:
+            continue
+        dev = clients[0].device
+        idx = torch.as_tensor(rows, device=dev)
+        s = score(idx, torch.as_tensor(np.stack(cand), device=dev))
+        res = M.loo_user_metrics(s[:, -1], s[:, :-1], ks)
+        if cfg["compat-ties-against-positive"]:
+            res.update({f"ties:{k}": v for k, v in M.loo_user_metrics(s[:, -1], s[:, :-1], ks, True).items()})
+        for r, j in enumerate(rows):
+            for k, v in res.items():
+                out[j][f"{split}/{k}"] = [float(v[r])]
+    return out
