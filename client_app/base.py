@@ -58,8 +58,10 @@ class LogicalClient:
 
     uses_torch = True   # False: the node does not import torch for this client (GF-CF)
 
-    def __init__(self, cfg: dict[str, Any], fed: Federation, cid: int, users: np.ndarray, device):
+    def __init__(self, cfg: dict[str, Any], fed: Federation, cid: int, users: np.ndarray, device,
+                 data_dir: str | None = None):
         self.cfg, self.fed, self.cid, self.users, self.device = cfg, fed, cid, users, device
+        self.data_dir = data_dir   # the node's dataset folder (side files: profiles, ...)
         self.ks = int_list(cfg, "topk")
         self.item_mask = None
         if fed.item_owner is not None:
@@ -206,7 +208,8 @@ class NodeHost:
         from client_app import registry
 
         cls = registry.client_class(self.cfg["method"], self.cfg["model"], self.cfg.get("harness", "silo"))
-        return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device if cls.uses_torch else None)
+        return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device if cls.uses_torch else None,
+                   self.data_dir)
 
     def _inject_fault(self, cid: int, res: PhaseResult) -> None:
         if not res.payload:

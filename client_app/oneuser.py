@@ -29,10 +29,10 @@ from corolla.util import rng
 class OneUserBase(LogicalClient):
     """A logical client that is exactly one user."""
 
-    def __init__(self, cfg, fed, cid, users, device):
+    def __init__(self, cfg, fed, cid, users, device, data_dir=None):
         if len(users) != 1:
             raise ValueError(f"harness 'one-user': logical client {cid} holds {len(users)} users, expected 1")
-        super().__init__(cfg, fed, cid, users, device)
+        super().__init__(cfg, fed, cid, users, device, data_dir)
 
     @property
     def user(self) -> int:

@@ -17,6 +17,10 @@ def client_class(method: str, model: str = "mf", harness: str = "silo"):
             from client_app.pfedrec import PFedRecClient
 
             return PFedRecClient
+        if method in ("ufgraphfr", "gpfedrec"):
+            from client_app.ufgraphfr import GraphClient
+
+            return GraphClient
         if method in ("fedca", "fedavg", "fcf", "fedatt", "local"):
             from client_app.fedca import OneUserClient
 

