@@ -224,8 +224,11 @@ class NodeHost:
         truncate(self.store, list(self.hosted), restore_round)
         hosted = {str(c): {"users": int(len(u)), "train": int(self.fed.count("train", u))}
                   for c, u in self.hosted.items()}
+        if self.fed.item_owner is not None:   # subgraph clients: their own item universe
+            for c in self.hosted:
+                hosted[str(c)]["items"] = int((self.fed.item_owner == c).sum())
         return {"hosted": json.dumps(hosted), "n-items": int(self.fed.n_items), "edge": bool(self.edge_file),
-                "auto": self.auto}
+                "auto": self.auto, "data-stats": json.dumps(self.fed.stats)}
 
     def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
                   personal: dict[int, dict[str, np.ndarray]]):

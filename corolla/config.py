@@ -40,9 +40,9 @@ class Key:
 SCHEMA: dict[str, Key] = {
     # --- what runs
     "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia", "fedca", "fedatt", "pfedrec",
-                                                 "ufgraphfr", "gpfedrec")),
+                                                 "ufgraphfr", "gpfedrec", "lpsfed")),
     "harness": Key("silo", "client training harness: 'silo' (a logical client holds one or more users and one model; FedCIA/FedMF) or 'one-user' (FedCA/PFedRec: one user per client, its own full item table, a fresh Adam per round, BCE on sigmoid scores, evaluated with its own post-training parameters; hosted users train batched)", ("silo", "one-user")),
-    "model": Key("mf", "model of every logical client ('pfedrec': item table + a personal Linear(d,1) score function, no user embedding; 'ufgraphfr' / 'gpfedrec': those papers' client networks, corolla/models/ufgraphfr.py)", ("mf", "ncf", "lightgcn", "gfcf", "pfedrec", "ufgraphfr", "gpfedrec")),
+    "model": Key("mf", "model of every logical client ('pfedrec': item table + a personal Linear(d,1) score function, no user embedding; 'ufgraphfr' / 'gpfedrec': those papers' client networks, corolla/models/ufgraphfr.py)", ("mf", "ncf", "lightgcn", "gfcf", "pfedrec", "ufgraphfr", "gpfedrec", "lgcn")),
     "client-models": Key("", "heterogeneous clients: '|'-separated 'model:dim' (e.g. 'mf:512|mf:256|mf:128'); logical clients are split into that many contiguous groups (FedCIA Fig. 5); empty = all use model/dim"),
     "num-rounds": Key(20, "number of federated rounds"),
     "seed": Key(42, "seed of every random choice (data, init, sampling)"),
@@ -137,6 +137,26 @@ SCHEMA: dict[str, Key] = {
     "use-transformer": Key(True, "UFGraphFR: the per-item Transformer block (false: ablation nT)"),
     "use-joint-embedding": Key(True, "UFGraphFR: the joint embedding W v_u + b of the text vector (false: a free user vector, ablation nJ)"),
     "dropout": Key(0.1, "UFGraphFR: dropout probability in the Transformer block (training only)"),
+    # --- LPSFed / LGCN (spec LPSFED_DISTFEDAVG part A)
+    "lgcn-layers": Key(2, "LGCN: low-pass convolution layers"),
+    "lgcn-phi": Key(64, "LGCN: eigenvectors Φ of the client subgraph's normalised Laplacian (the cut-off)"),
+    "lgcn-mlp": Key("paper", "LGCN pooling/predictive MLPs: the paper's two layers (192→128→64, 192→64→1) or the code's one ('code')", ("paper", "code")),
+    "lpsfed-loss": Key("bc", "LPSFed: the bias-aware contrastive loss with popularity-bias encoders ('bc') or BPR ('bpr': LPSFed (BPR), the FedAvg baseline)", ("bc", "bpr")),
+    "lpsfed-scorer": Key("paper", "LPSFed: R̂ from the predictive MLP in training and ranking ('paper') or arccos of the cosine of the pooled embeddings ('code')", ("paper", "code")),
+    "lpsfed-tau1": Key(0.07, "LPSFed: temperature τ1 of the BC loss (Eq. 9)"),
+    "lpsfed-tau2": Key(0.08, "LPSFed: temperature τ2 of the bias loss (Eq. 7)"),
+    "lpsfed-gamma": Key(1.0, "LPSFed: γ of the margin min{γ ξ̂, π − R̂} (Eq. 8)"),
+    "lpsfed-omega": Key(0.5, "LPSFed: ω of the refined margin ω M_c + (1 − ω) M_ui (Eq. 15)"),
+    "lpsfed-freeze-epochs": Key(10, "LPSFed: the first N local epochs of the run train only the bias encoders (L_bias); later ones the model with the encoders frozen (the paper's 'first two global epochs')"),
+    "lpsfed-weight-decay": Key(0.02, "LPSFed / LGCN: RMSprop weight decay"),
+    "lpsfed-personalize": Key(True, "LPSFed: personalised distribution θ_c ← ρ̄θ̄ + (1−ρ̄)θ_c (false: ρ̄ ≡ 1, the 'w/o per' ablation)"),
+    "lpsfed-stats": Key(True, "LPSFed: clients send subgraph statistics once for the reference graph (false: fixed sizes, the 'w/o stats' ablation)"),
+    "lpsfed-reference": Key("gnmk", "LPSFed reference graph: GNMK or Erdős–Rényi", ("gnmk", "er")),
+    "lpsfed-gnmk-edges": Key("mean", "LPSFed GNMK edges: the clients' mean edge count ('mean') or a quarter of it (the code's k = E/16 with E/4 per client: 'code')", ("mean", "code")),
+    "lpsfed-similarity": Key("distribution", "LPSFed ρ_c: KL between the normalised |K_R| and |K_c| over Φ components ('distribution') or the code's 1-bin histogram densities ('code-exact')", ("distribution", "code-exact")),
+    "lpsfed-normalize": Key("minmax", "LPSFed ρ̄ (Eq. 12): 1 − (ρ−min)/(max−min) (README) or 1 − ρ/max (code)", ("minmax", "code")),
+    "lpsfed-margin": Key("personalized", "LPSFed margin sent back: ρ̄M̄ + (1−ρ̄)M_c (paper Eq. 14–15) or M̄ (the code)", ("personalized", "global")),
+    "report-per-client": Key(False, "also report each logical client's metrics and their unweighted mean (silo methods: LPSFed)"),
     # --- outputs
     "export-topk": Key(0, "write OUT/topk.jsonl with the top-K items of every user (0 = off)"),
 }
@@ -366,6 +386,13 @@ def validate(cfg: dict[str, Any]) -> None:
                 raise ConfigError(f"config key '{key}': harness='one-user' trains with {key}={value!r} "
                                   f"(BCE on sigmoid scores, a fresh optimiser each round, negatives re-drawn "
                                   f"each round; the tower's decay is 'mlp-weight-decay'), got {cfg[key]!r}")
+    if cfg["model"] == "lgcn" or cfg["method"] == "lpsfed":
+        if cfg["model"] != "lgcn" or cfg["method"] not in ("lpsfed", "fedavg"):
+            raise ConfigError("config keys 'method'/'model': LPSFed trains model 'lgcn'; 'lgcn' runs with method "
+                              "'lpsfed' or 'fedavg' (FedAvg of the MLPs)")
+        if cfg["partition"] != "spectral" or cfg["protocol"] != "full-rank":
+            raise ConfigError("config key 'partition': model 'lgcn' needs partition='spectral' (subgraph clients) "
+                              "and protocol='full-rank'")
     if (cfg["method"] == "pfedrec") != (cfg["model"] == "pfedrec"):
         raise ConfigError("config keys 'method'/'model': PFedRec's model 'pfedrec' goes with method 'pfedrec' only")
     if not 0.0 < cfg["agg-fraction"] <= 1.0:

@@ -87,6 +87,9 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
             strategy.start(None, transport=transport, recorder=recorder, start_round=start_round)
         else:
             strategy.handshake(transport, transport.node_ids())
+        recorder.data_stats = {**strategy.data_stats,
+                               "clients": {str(c): v for c, v in sorted(strategy.clients.items())}
+                               if cfg.get("report-per-client") else {}}
         if cfg["export-topk"] > 0:
             export_topk(strategy, transport, out, recorder.history[-1]["round"] if recorder.history else 0)
     except BaseException:

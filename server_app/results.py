@@ -38,6 +38,7 @@ class RunRecorder:
         self.wall_before = 0.0  # wall time of earlier (resumed-from) sessions
         self.stopped_early = False
         self.discarded: list[dict[str, Any]] = []  # phases sent but not used (after an early stop)
+        self.data_stats: dict[str, Any] = {}        # what the nodes reported about the data (partition)
 
     # ---------------------------------------------------------------- per phase / round
     def progress(self, rnd: int, phase: str, stats, ok: int, targets: int) -> None:
@@ -57,6 +58,9 @@ class RunRecorder:
             rec["compat"] = evaluation["test"]["compat"]
             rec["valid_compat"] = evaluation["valid"]["compat"]
             rec["users"] = {"valid": evaluation["valid"]["users"], "test": evaluation["test"]["users"]}
+            if "per_client" in evaluation["test"]:
+                rec["per_client"] = evaluation["test"]["per_client"]
+                rec["unweighted_mean"] = evaluation["test"]["unweighted_mean"]
         self.history.append(rec)
         append_line(self.out / "rounds.jsonl", dumps(rec))
         sel = self.cfg["select-metric"]
@@ -164,6 +168,11 @@ class RunRecorder:
             "server_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "config": self.cfg,
         }
+        if sel and "per_client" in sel:   # the selected round, each client and their plain mean
+            out["per_client_metrics"] = sel["per_client"]
+            out["metrics_unweighted_mean"] = sel["unweighted_mean"]
+        if self.data_stats:
+            out["data"] = self.data_stats
         last = self._evaluated()[-1] if self._evaluated() else None
         out["last_round_metrics"] = last["metrics"] if last else {}
         uses_compat = any(self.cfg[k] for k in ("compat-fedcia-metrics", "compat-ties-against-positive",

@@ -83,6 +83,7 @@ class CorollaStrategy(Strategy):
         self.auto_nodes: set[int] = set()                # nodes with node config clients="auto"
         self.client_info: dict[int, dict[str, int]] = {}  # every logical client an auto node can host
         self._auto_assigned: tuple[int, ...] = ()
+        self.data_stats: dict[str, Any] = {}             # the nodes' description of the data (partition)
 
     # ------------------------------------------------------------------ hooks
     def setup(self) -> None:
@@ -327,6 +328,8 @@ class CorollaStrategy(Strategy):
                 self.dead_nodes.add(node)
                 continue
             self.n_items = n_items
+            if "data-stats" in info and not self.data_stats:
+                self.data_stats = json.loads(info["data-stats"])
             hosted = {int(c): v for c, v in json.loads(info["hosted"]).items()}
             if bool(info.get("auto", False)):
                 # the node can host any logical client: it gets a block of those no fixed node hosts
@@ -443,6 +446,18 @@ class CorollaStrategy(Strategy):
             ties = {k[len("ties:"):]: float(np.mean(v)) for k, v in per_user.items() if k.startswith("ties:")}
             users = len(next(iter(plain.values()))) if plain else 0
             out[split] = {"metrics": mets, "compat": compat or ties, "users": users}
+            if self.cfg.get("report-per-client"):
+                per_client = {}
+                for cid in sorted(results):
+                    vals = {k[len(split) + 1:]: np.asarray(v) for k, v in results[cid].metrics.items()
+                            if k.startswith(split + "/") and not k.startswith(split + "/ties:")}
+                    if vals:
+                        per_client[str(cid)] = {**M.aggregate(vals, self.ks)[0],
+                                                "users": len(next(iter(vals.values())))}
+                out[split]["per_client"] = per_client
+                out[split]["unweighted_mean"] = {
+                    k: float(np.mean([m[k] for m in per_client.values()]))
+                    for k in mets if per_client and all(k in m for m in per_client.values())}
         return out
 
     # ------------------------------------------------------------------ Flower Strategy API

@@ -10,6 +10,10 @@ def strategy_class(method: str, model: str = "mf", harness: str = "silo"):
 
     if method == "fedcia":
         return FedCIAGFCF if model == "gfcf" else FedCIAParam
+    if method == "lpsfed" or model == "lgcn":
+        from strategies.lpsfed import LPSFed
+
+        return LPSFed
     if harness == "one-user":
         from strategies.ufgraphfr import GraphAggregation
 

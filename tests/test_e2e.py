@@ -215,3 +215,22 @@ def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
             except ProcessLookupError:
                 pass
             pr.wait()
+
+
+def test_ufgraphfr_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """UFGraphFR over 2 real SuperNodes (the encoder runs in each node's ClientApp process, the
+    vectors stay in the client state; personalised tables go to each user) gives the in-process
+    numbers and bytes on 54 users."""
+    small = ["num-rounds=2", "min-user-interactions=300", "phase-timeout=300"]
+    out = tmp_path / "uf"
+    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", "ufgraphfr-ml100k", "--data-dir", data_dir,
+           "--out", str(out), "--nodes", "2"] + [a for s in small for a in ("--set", s)]
+    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads((out / "summary.json").read_text())
+    t = InProcessTransport(partitions(3, {"data-dir": data_dir}))
+    ref = run_federation(t, {"preset": "ufgraphfr-ml100k", "set": " ".join(small),
+                             "out-dir": str(tmp_path / "uf-inproc"), "data-dir": data_dir})
+    assert s["metrics"] == ref["metrics"] and s["metrics_paper_compat"] == ref["metrics_paper_compat"]
+    assert s["bytes_up"] == ref["bytes_up"] and s["bytes_down"] == ref["bytes_down"]
