@@ -8,6 +8,10 @@ def client_class(method: str, model: str = "mf", harness: str = "silo"):
         from client_app.gfcf import GFCFClient, LocalGFCFClient
 
         return LocalGFCFClient if method == "local" else GFCFClient
+    if harness == "expanded":
+        from client_app.distfedavg import ExpandedClient
+
+        return ExpandedClient
     if model == "lgcn":
         from client_app.lpsfed import LPSFedClient
 

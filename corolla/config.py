@@ -40,13 +40,14 @@ class Key:
 SCHEMA: dict[str, Key] = {
     # --- what runs
     "method": Key("fedavg", "federated method", ("fedavg", "fcf", "local", "fedcia", "fedca", "fedatt", "pfedrec",
-                                                 "ufgraphfr", "gpfedrec", "lpsfed")),
-    "harness": Key("silo", "client training harness: 'silo' (a logical client holds one or more users and one model; FedCIA/FedMF) or 'one-user' (FedCA/PFedRec: one user per client, its own full item table, a fresh Adam per round, BCE on sigmoid scores, evaluated with its own post-training parameters; hosted users train batched)", ("silo", "one-user")),
+                                                 "ufgraphfr", "gpfedrec", "lpsfed", "distfedavg", "fedmedian")),
+    "harness": Key("silo", "client training harness: 'silo' (a logical client holds one or more users and one model; FedCIA/FedMF), 'one-user' (FedCA/PFedRec/UFGraphFR/GPFedRec: one user per client, its own full item table, evaluated with its own post-training parameters; hosted users train batched) or 'expanded' (Dist-FedAvg and its baselines: one user per client with a LightGCN over its expanded local graph, pulling and pushing rows of global user and item tables)", ("silo", "one-user", "expanded")),
     "model": Key("mf", "model of every logical client ('pfedrec': item table + a personal Linear(d,1) score function, no user embedding; 'ufgraphfr' / 'gpfedrec': those papers' client networks, corolla/models/ufgraphfr.py)", ("mf", "ncf", "lightgcn", "gfcf", "pfedrec", "ufgraphfr", "gpfedrec", "lgcn")),
     "client-models": Key("", "heterogeneous clients: '|'-separated 'model:dim' (e.g. 'mf:512|mf:256|mf:128'); logical clients are split into that many contiguous groups (FedCIA Fig. 5); empty = all use model/dim"),
     "num-rounds": Key(20, "number of federated rounds"),
     "seed": Key(42, "seed of every random choice (data, init, sampling)"),
     "fraction-train": Key(1.0, "fraction of logical clients sampled for training each round"),
+    "clients-per-round": Key(0, "logical clients sampled for training each round (0: use fraction-train)"),
     "clients-per-message": Key(0, "at most this many logical clients in one message to a node (0 = all it hosts); bounds message size and server memory"),
     "phase-timeout": Key(300.0, "seconds to wait for the replies of one phase; missing replies are dropped"),
     # --- data
@@ -137,6 +138,22 @@ SCHEMA: dict[str, Key] = {
     "use-transformer": Key(True, "UFGraphFR: the per-item Transformer block (false: ablation nT)"),
     "use-joint-embedding": Key(True, "UFGraphFR: the joint embedding W v_u + b of the text vector (false: a free user vector, ablation nJ)"),
     "dropout": Key(0.1, "UFGraphFR: dropout probability in the Transformer block (training only)"),
+    # --- Dist-FedAvg and the row-wise baselines (spec LPSFED_DISTFEDAVG part B)
+    "user-agg": Key("distfedavg", "Dist-FedAvg: rule for user rows (distfedavg, fedavg, simpleavg, fedmedian, fedatt)", ("distfedavg", "fedavg", "simpleavg", "fedmedian", "fedatt")),
+    "item-agg": Key("fedavg", "Dist-FedAvg: rule for item rows (fedavg or simpleavg in the paper)", ("fedavg", "simpleavg", "fedmedian", "fedatt")),
+    "distance-mode": Key("B", "Dist-FedAvg distance (spec B3): 'B' user to the copy's anchor on the previous table, 'A' the copy to the user's previous row, 'C' the copy to the anchor's previous row", ("A", "B", "C")),
+    "minkowski-p": Key(2.0, "Dist-FedAvg: order p of the Minkowski distance (Eq. 3)"),
+    "distance-eps": Key(1e-8, "Dist-FedAvg: ε in 1/(D + ε) (Eq. 4)"),
+    "alpha-schedule": Key("fixed", "Dist-FedAvg α_r of Eq. 7: 'fixed' (alpha-fixed), 'arithmetic' (Eq. 8) or 'geometric' (Eq. 9)", ("fixed", "arithmetic", "geometric")),
+    "alpha-fixed": Key(0.5, "Dist-FedAvg: α with alpha-schedule=fixed"),
+    "alpha0": Key(1.0, "Dist-FedAvg: α_0 of Eq. 8-9"),
+    "alpha-min": Key(0.0, "Dist-FedAvg: α_min of Eq. 8-9"),
+    "alpha-delta": Key(0.1, "Dist-FedAvg: δ of Eq. 8 (subtracted) or 9 (factor)"),
+    "alpha-period": Key(10, "Dist-FedAvg: T, rounds per decay step (⌊r/T⌋)"),
+    "alpha-warmup": Key(0, "Dist-FedAvg: first rounds with α = 1"),
+    "max-neighbors-per-item": Key(0, "expansion: at most this many matched users per item (0 = no cap; FedPerGNN 100)"),
+    "max-items": Key(0, "expansion: at most this many of a user's items are matched (0 = no cap; FedPerGNN 100)"),
+    "neg-pool-size": Key(100, "expanded harness: negative item rows a client pulls for its next round (its BPR negatives)"),
     # --- LPSFed / LGCN (spec LPSFED_DISTFEDAVG part A)
     "lgcn-layers": Key(2, "LGCN: low-pass convolution layers"),
     "lgcn-phi": Key(64, "LGCN: eigenvectors Φ of the client subgraph's normalised Laplacian (the cut-off)"),
@@ -393,6 +410,15 @@ def validate(cfg: dict[str, Any]) -> None:
         if cfg["partition"] != "spectral" or cfg["protocol"] != "full-rank":
             raise ConfigError("config key 'partition': model 'lgcn' needs partition='spectral' (subgraph clients) "
                               "and protocol='full-rank'")
+    if cfg["harness"] == "expanded" or cfg["method"] in ("distfedavg", "fedmedian"):
+        if cfg["harness"] != "expanded" or cfg["method"] not in ("distfedavg", "fedavg", "fcf", "fedmedian", "fedatt"):
+            raise ConfigError("config key 'harness': Dist-FedAvg and FedMedian run on harness='expanded', which "
+                              "runs methods distfedavg, fedavg, fcf (SimpleAvg), fedmedian and fedatt")
+        want = {"model": "lightgcn", "partition": "user", "protocol": "full-rank", "loss": "bpr"}
+        for key, value in want.items():
+            if cfg[key] != value:
+                raise ConfigError(f"config key '{key}': harness='expanded' runs LightGCN clients of one user each "
+                                  f"with BPR and full ranking ({key}={value!r}), got {cfg[key]!r}")
     if (cfg["method"] == "pfedrec") != (cfg["model"] == "pfedrec"):
         raise ConfigError("config keys 'method'/'model': PFedRec's model 'pfedrec' goes with method 'pfedrec' only")
     if not 0.0 < cfg["agg-fraction"] <= 1.0:

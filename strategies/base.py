@@ -94,13 +94,19 @@ class CorollaStrategy(Strategy):
         return ["train"]
 
     def sample(self, rnd: int, available: list[int]) -> list[int]:
-        """Clients of round ``rnd``: ``ceil(fraction-train * |available|)``, seeded by (seed, round)."""
+        """Clients of round ``rnd``: ``clients-per-round`` of them if set, else
+        ``ceil(fraction-train * |available|)``; seeded by (seed, round)."""
         f = self.cfg["fraction-train"]
-        if f >= 1.0:
+        per_round = int(self.cfg.get("clients-per-round", 0) or 0)
+        if per_round <= 0 and f >= 1.0 or per_round >= len(available):
             return sorted(available)
-        n = max(1, math.ceil(f * len(available)))
+        n = per_round if per_round > 0 else max(1, math.ceil(f * len(available)))
         pick = rng(self.cfg["seed"], "sample", rnd).choice(sorted(available), size=n, replace=False)
         return sorted(int(c) for c in pick)
+
+    def phase_targets(self, phase: str, rnd: int, sampled: list[int]) -> list[int]:
+        """*hook*: the logical clients of ``phase`` (default: the round's sampled clients)."""
+        return sampled
 
     def configure_phase(self, phase: str, rnd: int, targets: list[int]
                         ) -> tuple[dict[str, np.ndarray], dict[int, dict[str, np.ndarray]]]:
@@ -547,16 +553,17 @@ class CorollaStrategy(Strategy):
             train_metrics: dict[str, Any] = {}
             after_ev, after_results = None, {}
             for i, phase in enumerate(phases):
-                shared, personal = self.configure_phase(phase, rnd, targets)
+                ptargets = self.phase_targets(phase, rnd, targets)
+                shared, personal = self.configure_phase(phase, rnd, ptargets)
                 ev = None
                 if i == 0 and deferred is not None:
                     ev = deferred.ev
                 elif i == len(phases) - 1 and after:
                     ev = after_ev = self.evaluation_request(rnd, "after")
-                results, stats, evals = self.exchange(transport, phase, rnd, targets, shared, personal,
+                results, stats, evals = self.exchange(transport, phase, rnd, ptargets, shared, personal,
                                                       ev if ev is not None and ev.targets else None)
                 if recorder:
-                    recorder.progress(rnd, stats.name, stats, len(results), len(targets))
+                    recorder.progress(rnd, stats.name, stats, len(results), len(ptargets))
                 if i == 0 and deferred is not None:
                     d, deferred = deferred, None
                     evaluation = self.finish_evaluation(d.ev, evals, d.reply_evals)

@@ -10,6 +10,10 @@ def strategy_class(method: str, model: str = "mf", harness: str = "silo"):
 
     if method == "fedcia":
         return FedCIAGFCF if model == "gfcf" else FedCIAParam
+    if harness == "expanded":
+        from strategies.distfedavg import RowAggregation
+
+        return RowAggregation
     if method == "lpsfed" or model == "lgcn":
         from strategies.lpsfed import LPSFed
 

@@ -1,0 +1,216 @@
+"""Dist-FedAvg server and its baselines on expanded local graphs (spec LPSFED_DISTFEDAVG B2–B5;
+paper §3, Algorithms 1–2 reconstructed, Eq. 1, 3–9).
+
+Round 1 has two setup phases before training:
+
+* ``expand`` (every client): each sends its salted hashed training item ids to the **matching
+  party** (the paper's trusted third party) and the plain ids of the rows it will pull. In Corolla
+  the matching party is :class:`MatchingParty`, a component of the ServerApp process kept apart
+  from the aggregation state: it learns, per client, the salted hashes of its items (the salt is
+  the run's seed, so a party that knows the item universe could invert them: the hashing protects
+  only against an outside observer, as the paper drops FedPerGNN's pseudo-items and noise) and
+  which clients share items; the aggregation side learns each client's neighbour ids and the ids of
+  the rows it pulls;
+* ``match`` (every client): each receives its expanded users U_c and the shared-item edges.
+
+Each round: ``clients-per-round`` clients are sampled; each pulls the rows of {a_c} ∪ U_c and of
+its items and requested negatives, trains, and uploads them with ids. Users are aggregated by
+``user-agg`` (Dist-FedAvg's inverse-distance rule with α_r, or a baseline rule), items by
+``item-agg``, row by row over the clients that hold each row (``corolla.rowagg``); rows nobody
+held keep their value. Evaluation: every client ranks all items with its global user row and the
+global item table (sent once per node).
+"""
+
+from __future__ import annotations
+
+import time
+from logging import INFO
+
+import numpy as np
+from flwr.common.logger import log
+
+from corolla import rowagg
+from corolla.protocol import ArraySpec
+from corolla.util import rng
+from strategies.base import CorollaStrategy
+
+RULE = {"fedavg": "fedavg", "fcf": "simpleavg", "fedmedian": "fedmedian", "fedatt": "fedatt",
+        "distfedavg": "distfedavg"}
+
+
+class MatchingParty:
+    """The trusted third party of the expansion (FedPerGNN expansion.py:21-59): matches hashed item
+    ids across clients; caps ``max-items`` per client and ``max-neighbors-per-item`` (0: none)."""
+
+    def __init__(self, seed: int, max_items: int, max_neighbours: int):
+        self.seed, self.max_items, self.max_neighbours = seed, max_items, max_neighbours
+        self.items_of: dict[int, np.ndarray] = {}
+
+    def register(self, cid: int, hashes: np.ndarray) -> None:
+        self.items_of[cid] = np.asarray(hashes, np.int64)
+
+    def match(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per client: (U_c sorted, edges (k, 2): index into U_c, index into its sorted items)."""
+        holders: dict[int, list[int]] = {}
+        for c in sorted(self.items_of):
+            for h in self.items_of[c].tolist():
+                holders.setdefault(h, []).append(c)
+        out = {}
+        for c in sorted(self.items_of):
+            hashes = self.items_of[c]
+            idx = np.arange(len(hashes))
+            g = rng(self.seed, "expansion", c)
+            if self.max_items and len(idx) > self.max_items:
+                idx = np.sort(g.permutation(len(idx))[: self.max_items])
+            pairs = []
+            for k in idx.tolist():
+                who = [v for v in holders[int(hashes[k])] if v != c]
+                if self.max_neighbours and len(who) > self.max_neighbours:
+                    who = sorted(g.permutation(who)[: self.max_neighbours].tolist())
+                pairs += [(v, k) for v in who]
+            users = np.array(sorted({v for v, _ in pairs}), np.int64)
+            pos = {v: j for j, v in enumerate(users.tolist())}
+            edges = np.array([(1 + pos[v], k) for v, k in pairs], np.int64).reshape(-1, 2)
+            out[c] = (users, edges)
+        return out
+
+
+class RowAggregation(CorollaStrategy):
+    """Dist-FedAvg (``method = distfedavg``) and the baselines (``fedavg``, ``fcf`` = SimpleAvg,
+    ``fedmedian``, ``fedatt``) with ``harness = expanded``."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.users: np.ndarray | None = None          # global user table (rows = logical clients)
+        self.items: np.ndarray | None = None
+        self.neighbours: dict[int, np.ndarray] = {}
+        self.item_ids: dict[int, np.ndarray] = {}     # the client's training items (sorted)
+        self.requests: dict[int, np.ndarray] = {}
+        self.matched = False
+        self.matcher = MatchingParty(cfg["seed"], cfg["max-items"], cfg["max-neighbors-per-item"])
+        self._match: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def summary(self) -> None:
+        keys = ("method", "user-agg", "item-agg", "distance-mode", "minkowski-p", "alpha-schedule",
+                "clients-per-round", "local-epochs", "gcn-layers", "dim", "lr")
+        log(INFO, "%s: %s", type(self).__name__, {k: self.cfg[k] for k in keys})
+
+    def setup(self) -> None:
+        if self.users is not None:   # resumed from a checkpoint
+            return
+        g = rng(self.cfg["seed"], "global-init")
+        n_users = max(self.clients) + 1
+        d = self.cfg["dim"]
+        self.users = (g.standard_normal((n_users, d)) * self.cfg["init-std"]).astype(np.float32)
+        self.items = (g.standard_normal((self.n_items, d)) * self.cfg["init-std"]).astype(np.float32)
+
+    @property
+    def user_rule(self) -> str:
+        return self.cfg["user-agg"] if self.cfg["method"] == "distfedavg" else RULE[self.cfg["method"]]
+
+    @property
+    def item_rule(self) -> str:
+        return self.cfg["item-agg"] if self.cfg["method"] == "distfedavg" else RULE[self.cfg["method"]]
+
+    # -------------------------------------------------------------- phases
+    def phases(self, rnd):
+        return ["train"] if self.matched else ["expand", "match", "train"]
+
+    def phase_targets(self, phase, rnd, sampled):
+        return self.available() if phase in ("expand", "match") else sampled
+
+    def configure_phase(self, phase, rnd, targets):
+        if phase == "expand":
+            return {}, {}
+        if phase == "match":
+            return {}, {c: {"neighbours": self._match[c][0], "edges": self._match[c][1]}
+                        for c in targets if c in self._match}
+        personal = {}
+        for c in targets:
+            if c not in self.item_ids:
+                continue
+            uids = np.concatenate([[c], self.neighbours[c]]).astype(np.int64)
+            iids = np.concatenate([self.item_ids[c], self.requests[c]]).astype(np.int64)
+            personal[c] = {"user.ids": uids, "user.rows": self.users[uids], "item.ids": iids,
+                           "item.rows": self.items[iids]}
+        return {}, personal
+
+    def expected_payload(self, phase, cid):
+        d = self.cfg["dim"]
+        if phase == "match":
+            return {}
+        if phase == "expand":
+            n = self.clients[cid]["train"]
+            return {"hashes": ArraySpec((n,), "int64"), "items": ArraySpec((n,), "int64"),
+                    "request": ArraySpec((len_request(self.cfg, self.n_items, n),), "int64")}
+        nu = 1 + len(self.neighbours.get(cid, []))
+        ni = len(self.item_ids.get(cid, [])) + len(self.requests.get(cid, []))
+        return {"user.ids": ArraySpec((nu,), "int64"), "user.rows": ArraySpec((nu, d), "float32"),
+                "item.ids": ArraySpec((ni,), "int64"), "item.rows": ArraySpec((ni, d), "float32"),
+                "request": ArraySpec((len(self.requests.get(cid, [])),), "int64")}
+
+    def aggregate_phase(self, phase, rnd, results):
+        if phase == "expand":
+            for c in sorted(results):
+                self.matcher.register(c, results[c].payload["hashes"])
+                self.item_ids[c] = results[c].payload["items"]
+                self.requests[c] = results[c].payload["request"]
+            t0 = time.perf_counter()
+            self._match = self.matcher.match()
+            self.neighbours = {c: m[0] for c, m in self._match.items()}
+            sizes = [len(v) for v in self.neighbours.values()]
+            return {"expanded-users-mean": float(np.mean(sizes)) if sizes else 0.0, "match-s": time.perf_counter() - t0}
+        if phase == "match":
+            self.matched = True
+            return {}
+        t0 = time.perf_counter()
+        user_rows: dict[int, list] = {}
+        item_rows: dict[int, list] = {}
+        n_c, anchors = {}, {}
+        for c in sorted(results):
+            p = results[c].payload
+            for uid, row in zip(p["user.ids"].tolist(), p["user.rows"]):
+                user_rows.setdefault(int(uid), []).append((c, row))
+            for iid, row in zip(p["item.ids"].tolist(), p["item.rows"]):
+                item_rows.setdefault(int(iid), []).append((c, row))
+            n_c[c] = float(results[c].metrics["num-examples"])
+            anchors[c] = c
+            self.requests[c] = p["request"]
+        cfg = self.cfg
+        a_r = rowagg.alpha(rnd, cfg["alpha-schedule"], cfg["alpha0"], cfg["alpha-min"], cfg["alpha-delta"],
+                           cfg["alpha-period"], cfg["alpha-fixed"], cfg["alpha-warmup"])
+        att = (cfg["fedatt-epsilon"], float(cfg["fedatt-ord"]), cfg["fedatt-dp"])
+        g = rng(cfg["seed"], "fedatt-dp", rnd)
+        self.users = rowagg.aggregate_rows(self.user_rule, self.users, user_rows, n_c, anchors, a_r,
+                                           cfg["distance-mode"], cfg["minkowski-p"], cfg["distance-eps"], att, g)
+        self.items = rowagg.aggregate_rows(self.item_rule, self.items, item_rows, n_c, anchors, a_r,
+                                           cfg["distance-mode"], cfg["minkowski-p"], cfg["distance-eps"], att, g)
+        losses = [r.metrics.get("train-loss", np.nan) for r in results.values()]
+        return {"clients": len(results), "alpha": a_r, "train-loss": float(np.nanmean(losses)) if losses else np.nan,
+                "user-rows": len(user_rows), "item-rows": len(item_rows), "server-s": time.perf_counter() - t0}
+
+    # -------------------------------------------------------------- evaluation
+    def evaluate_download(self, rnd, targets):
+        return {"item.table": self.items}, {c: {"user.row": self.users[c]} for c in targets}
+
+    # -------------------------------------------------------------- checkpoint
+    def state_dict(self):
+        out = {"users": self.users, "items": self.items, "matched": np.array([int(self.matched)])}
+        for c in self.item_ids:
+            out[f"items-of/{c}"] = self.item_ids[c]
+            out[f"requests/{c}"] = self.requests[c]
+            out[f"neighbours/{c}"] = self.neighbours.get(c, np.zeros(0, np.int64))
+        return out
+
+    def load_state_dict(self, state):
+        self.users, self.items = state.get("users"), state.get("items")
+        self.matched = bool(state.get("matched", np.array([0]))[0])
+        for k, v in state.items():
+            if "/" in k:
+                kind, c = k.split("/")
+                {"items-of": self.item_ids, "requests": self.requests, "neighbours": self.neighbours}[kind][int(c)] = v
+
+
+def len_request(cfg, n_items: int, n_train: int) -> int:
+    """How many negative rows a client asks for (bounded by its never-interacted items)."""
+    return int(cfg["neg-pool-size"])
