@@ -139,8 +139,8 @@ class ExpandedClient(LogicalClient):
 
 
 def block_adjacency(graphs) -> tuple[torch.Tensor, list[tuple[int, int, int, int]]]:
-    """The block-diagonal D^-½ A D^-½ of several local bipartite graphs (users then items in each
-    block) and each block's (user offset, n_users, item offset, n_items) in the stacked rows."""
+    """The block-diagonal D^-½ A D^-½ (CSR) of several local bipartite graphs (users then items in
+    each block) and each block's (user offset, n_users, item offset, n_items) in the stacked rows."""
     rows, cols, blocks = [], [], []
     off = 0
     for nu, ni, u, i in graphs:
@@ -154,48 +154,62 @@ def block_adjacency(graphs) -> tuple[torch.Tensor, list[tuple[int, int, int, int
     dinv = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
     adj = torch.sparse_coo_tensor(np.vstack([r, c]), (dinv[r] * dinv[c]).astype(np.float32), (off, off),
                                   check_invariants=True).coalesce()
-    return adj, blocks
+    return adj.to_sparse_csr(), blocks
+
+
+class _SymmetricMM(torch.autograd.Function):
+    """y = A x for a symmetric sparse A: the gradient is A g, no transpose needed."""
+
+    @staticmethod
+    def forward(ctx, a, x):
+        ctx.a = a
+        return a @ x
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, ctx.a @ g
 
 
 def lightgcn(adj: torch.Tensor, x: torch.Tensor, layers: int) -> torch.Tensor:
     """Mean over layers 0..K of D^-½ A D^-½ propagations (LightGCN)."""
     acc, h = x, x
     for _ in range(layers):
-        h = torch.sparse.mm(adj, h)
+        h = _SymmetricMM.apply(adj, h)
         acc = acc + h
     return acc / (layers + 1)
 
 
 def train_block(graphs, user_rows, item_rows, train_items, clients, rnd, cfg, dev):
     """Train the clients' pulled rows on their local graphs stacked block-diagonally; returns the
-    new user rows, item rows and final BPR loss per client."""
+    new user rows, item rows and final BPR loss per client. Every client's loss is its own mean
+    BPR + L2 on its batch's ego embeddings, so their sum separates into independent gradients."""
     adj, blocks = block_adjacency(graphs)
     adj = adj.to(dev)
     x = torch.cat([torch.cat([torch.as_tensor(u, dtype=torch.float32), torch.as_tensor(i, dtype=torch.float32)])
                    for u, i in zip(user_rows, item_rows)]).to(dev).requires_grad_(True)
     opt = torch.optim.Adam([x], lr=cfg["lr"])
-    npos = [len(t) for t in train_items]
-    losses = np.zeros(len(clients))
+    npos = np.array([len(t) for t in train_items], np.int64)
+    seg = torch.as_tensor(np.repeat(np.arange(len(blocks)), npos), device=dev)
+    anchor = torch.as_tensor(np.repeat([b[0] for b in blocks], npos), device=dev)
+    pos = torch.as_tensor(np.concatenate([b[2] + np.arange(n) for b, n in zip(blocks, npos)]), device=dev)
+    n_neg = [b[3] - n for b, n in zip(blocks, npos)]
     gens = [rng(cfg["seed"], "bpr-negatives", c.cid, rnd) for c in clients]
+    denom = torch.as_tensor(np.maximum(npos, 1), dtype=torch.float32, device=dev)
+    losses = np.zeros(len(clients))
     for _ in range(cfg["local-epochs"]):
+        neg = torch.as_tensor(np.concatenate([b[2] + n + g.integers(0, max(k, 1), n)
+                                              for b, n, k, g in zip(blocks, npos, n_neg, gens)]), device=dev)
         opt.zero_grad(set_to_none=True)
         h = lightgcn(adj, x, cfg["gcn-layers"])
-        total = 0.0
-        per = []
-        for b, (uoff, nu, ioff, ni) in enumerate(blocks):
-            n_neg = ni - npos[b]
-            pos = torch.arange(npos[b], device=dev) + ioff
-            neg = torch.as_tensor(npos[b] + gens[b].integers(0, max(n_neg, 1), npos[b]), device=dev) + ioff
-            anchor = torch.full((npos[b],), uoff, device=dev)
-            sp = (h[anchor] * h[pos]).sum(-1)
-            sn = (h[anchor] * h[neg]).sum(-1)
-            reg = 0.5 * (x[anchor].pow(2).sum() + x[pos].pow(2).sum() + x[neg].pow(2).sum()) / max(npos[b], 1)
-            loss = F.softplus(sn - sp).mean() + cfg["weight-decay"] * reg
-            per.append(loss)
-            total = total + loss
-        total.backward()
+        ha = h[anchor]
+        per_row = F.softplus((ha * h[neg]).sum(-1) - (ha * h[pos]).sum(-1))
+        reg_row = 0.5 * (x[anchor].pow(2).sum(-1) + x[pos].pow(2).sum(-1) + x[neg].pow(2).sum(-1))
+        bpr = torch.zeros(len(blocks), device=dev).index_add_(0, seg, per_row) / denom
+        reg = torch.zeros(len(blocks), device=dev).index_add_(0, seg, reg_row) / denom
+        loss = bpr + cfg["weight-decay"] * reg
+        loss.sum().backward()
         opt.step()
-        losses = np.array([float(l.detach()) for l in per])
+        losses = loss.detach().cpu().numpy().astype(np.float64)
     out = x.detach().cpu().numpy()
     users_t = [out[uoff:uoff + nu] for uoff, nu, _, _ in blocks]
     items_t = [out[ioff:ioff + ni] for _, _, ioff, ni in blocks]
