@@ -5,9 +5,10 @@ Our run: a run directory (``rounds.jsonl``; the paper-compatible ``compat`` metr
 ``{"round", "test_hr", "test_ndcg", "val_hr", "val_ndcg", "round_s"}`` (what
 ``benchmarks/fedca_authors.md`` has the authors' FedCA code write).
 
-Prints, for both, the code's reported number (the round with the best test HR, ``>=``: later
-rounds win ties), the validation-selected test numbers (best valid HR, first round wins), and the
-mean absolute test-HR gap over the rounds they share; ``--csv`` writes every shared round.
+Prints, for both, the FedCA code's reported number (the round with the best test HR, ``>=``:
+later rounds win ties), the validation-selected test numbers (best valid HR, first round wins;
+``valid_selected_last``: later rounds win, the UFGraphFR and GPFedRec code's rule), and the mean
+absolute test-HR gap over the rounds they share; ``--csv`` writes every shared round.
 
 Usage::
 
@@ -54,10 +55,15 @@ def select(curve: dict[int, dict[str, float]], rounds: list[int]) -> dict[str, o
     """The code's selection (best test HR, later rounds win ties) and the validation one."""
     best_test = max(rounds, key=lambda r: (curve[r]["test_hr"], r))
     best_val = max(rounds, key=lambda r: (curve[r]["val_hr"], -r))
+    best_val_last = max(rounds, key=lambda r: (curve[r]["val_hr"], r))   # UFGraphFR's/GPFedRec's code: >=
     return {"paper_compat": {"round": best_test, "hr": curve[best_test]["test_hr"],
                              "ndcg": curve[best_test]["test_ndcg"]},
             "valid_selected": {"round": best_val, "hr": curve[best_val]["test_hr"],
                                "ndcg": curve[best_val]["test_ndcg"]},
+            "valid_selected_last": {"round": best_val_last, "hr": curve[best_val_last]["test_hr"],
+                                    "ndcg": curve[best_val_last]["test_ndcg"],
+                                    "val_hr": curve[best_val_last]["val_hr"],
+                                    "val_ndcg": curve[best_val_last]["val_ndcg"]},
             "median_round_s": statistics.median(curve[r]["round_s"] for r in rounds)}
 
 

@@ -109,3 +109,23 @@ def test_sweep_reuses_a_run_only_if_its_config_is_what_the_preset_resolves_to_no
     assert not sweep.reusable(summary, "fedca-pmf-ml100k", [])
     summary.write_text(json.dumps({"status": "interrupted", "config": cfg}))
     assert not sweep.reusable(summary, "fedca-pmf-ml100k", ["fedca-rho=0.7"])
+
+
+def test_authors_log_converter_and_valid_last_selection(tmp_path):
+    log = tmp_path / "uf.log"
+    log.write_text("noise\nROUND " + json.dumps({"round": 1, "test_hr": 0.1, "test_ndcg": 0.05, "val_hr": 0.2,
+                                                 "val_ndcg": 0.1, "round_s": 30.0}) + "\n"
+                   + "ROUND " + json.dumps({"round": 2, "test_hr": 0.3, "test_ndcg": 0.15, "val_hr": 0.2,
+                                            "val_ndcg": 0.1, "round_s": 31.0}) + "\n")
+    out = tmp_path / "ref.json"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "authors_log.py"), str(log), str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert [r["round"] for r in data["rounds"]] == [1, 2]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from compare_curves import reference, select
+
+    curve = reference(out)
+    sel = select(curve, [1, 2])
+    assert sel["valid_selected"]["round"] == 1 and sel["valid_selected_last"]["round"] == 2   # ties
