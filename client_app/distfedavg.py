@@ -114,7 +114,7 @@ class ExpandedClient(LogicalClient):
 
     @staticmethod
     def batch_evaluate(clients, rnd, states, shared, personals) -> list[PhaseResult]:
-        fed, cfg = clients[0].fed, clients[0].cfg
+        fed = clients[0].fed
         table = np.asarray(shared["item.table"], np.float64)
         rows = np.stack([np.asarray(p["user.row"], np.float64).reshape(-1) for p in personals])
         scores = rows @ table.T

@@ -84,6 +84,7 @@ class CorollaStrategy(Strategy):
         self.client_info: dict[int, dict[str, int]] = {}  # every logical client an auto node can host
         self._auto_assigned: tuple[int, ...] = ()
         self.data_stats: dict[str, Any] = {}             # the nodes' description of the data (partition)
+        self._held: dict[int, ClientResult] = {}         # train uploads held for aggregate_phase
 
     # ------------------------------------------------------------------ hooks
     def setup(self) -> None:
@@ -213,13 +214,25 @@ class CorollaStrategy(Strategy):
         A strategy with large payloads folds ``result.payload`` into a running aggregate here and
         returns the result without its payload, so the server never holds all payloads at once.
         The base keeps the evaluation metrics a client sent with its training reply (methods
-        whose clients evaluate their own post-training model, e.g. the one-user harness).
+        whose clients evaluate their own post-training model, e.g. the one-user harness), and,
+        for a strategy that sets ``hold_uploads``, every ``train`` payload until
+        :meth:`take_uploads` (so ``aggregate_phase`` sees only valid uploads, in client order).
         """
         if phase not in ("evaluate", "topk"):
             mets = {k: v for k, v in result.metrics.items() if k.startswith(("valid/", "test/"))}
             if mets:
                 self._reply_evals[cid] = ClientResult({}, mets)
+        if self.hold_uploads and phase == "train" and result.payload:
+            self._held[cid] = result
+            return ClientResult({}, result.metrics)
         return result
+
+    hold_uploads = False
+
+    def take_uploads(self) -> dict[int, ClientResult]:
+        """The ``train`` uploads held since the last call (``hold_uploads``)."""
+        held, self._held = self._held, {}
+        return held
 
     def _client_result(self, phase: str, c: int, payloads: dict, metrics: dict, errors: dict,
                        stats: PhaseStats) -> ClientResult | None:

@@ -35,17 +35,17 @@ from corolla import composite
 from corolla.models.factory import shared_init
 from corolla.protocol import ArraySpec
 from corolla.util import rng
-from strategies.base import ClientResult, CorollaStrategy
+from strategies.base import CorollaStrategy
 from strategies.fedavg import FCF, FedAvg, Local
 
 
 class FedCA(CorollaStrategy):
+    hold_uploads = True
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.pending: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] not yet delivered
         self.subset: list[int] = []
-        self._uploads: dict[int, ClientResult] = {}
         self._delivering: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] in the evaluation in flight
 
     def setup(self) -> None:
@@ -78,15 +78,9 @@ class FedCA(CorollaStrategy):
         out["basis"] = ArraySpec((k, width), "float32")
         return out
 
-    def accept(self, phase, rnd, cid, result):
-        result = super().accept(phase, rnd, cid, result)
-        if phase == "train" and result.payload:
-            self._uploads[cid] = result
-            return ClientResult({}, result.metrics)
-        return result
 
     def aggregate_phase(self, phase, rnd, results):
-        uploads, self._uploads = self._uploads, {}
+        uploads = self.take_uploads()
         if not uploads:
             log(WARNING, "round %d: no valid upload; nothing is aggregated", rnd)
             return {"clients": len(results)}

@@ -28,7 +28,7 @@ from flwr.common.logger import log
 from corolla.models import lgcn as L
 from corolla.protocol import ArraySpec
 from corolla.util import stable_seed
-from strategies.base import ClientResult, CorollaStrategy
+from strategies.base import CorollaStrategy
 
 FIXED_REFERENCE = (1024, 1024, 8192)   # G_R without client statistics [assumption, spec A4]
 
@@ -45,7 +45,6 @@ def normalised_rho(rho: np.ndarray, mode: str) -> np.ndarray:
 
 def reference_kernel(n_users: float, n_items: float, n_edges: float, kind: str, phi: int, seed: int) -> np.ndarray:
     """K_R: the ``phi`` smallest eigenvalues of the normalised Laplacian of G_R."""
-    import networkx as nx
     from networkx.algorithms import bipartite
 
     nu, ni, ne = int(round(n_users)), int(round(n_items)), int(round(n_edges))

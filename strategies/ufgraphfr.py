@@ -27,13 +27,15 @@ from flwr.common.logger import log
 
 from corolla import graph
 from corolla.protocol import ArraySpec
-from strategies.base import ClientResult, CorollaStrategy
+from strategies.base import CorollaStrategy
 
 DIM = 32
 
 
 class GraphAggregation(CorollaStrategy):
     """UFGraphFR (``method = ufgraphfr``) and GPFedRec (``method = gpfedrec``)."""
+
+    hold_uploads = True
 
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
@@ -42,7 +44,6 @@ class GraphAggregation(CorollaStrategy):
         self.adjacency: np.ndarray | None = None      # cached A (Lite) over self.graph_clients
         self.graph_clients: list[int] = []
         self.graph_round = 0
-        self._uploads: dict[int, ClientResult] = {}
 
     @property
     def gpfedrec(self) -> bool:
@@ -76,15 +77,9 @@ class GraphAggregation(CorollaStrategy):
             out["graph.input"] = ArraySpec(self.graph_input_shape(), "float32")
         return out
 
-    def accept(self, phase, rnd, cid, result):
-        result = super().accept(phase, rnd, cid, result)
-        if result.payload:
-            self._uploads[cid] = result
-            return ClientResult({}, result.metrics)
-        return result
 
     def aggregate_phase(self, phase, rnd, results):
-        uploads, self._uploads = self._uploads, {}
+        uploads = self.take_uploads()
         if not uploads:
             log(WARNING, "round %d: no valid upload; the tables are unchanged", rnd)
             return {"clients": len(results)}

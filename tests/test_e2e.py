@@ -147,22 +147,55 @@ def test_simulation_runtime_twenty_nodes_equal_two(tmp_path, data_dir):
     assert s["metrics"] == inproc(tmp_path, data_dir, 2)["metrics"]
 
 
+def superlink_equals_in_process(tmp_path, data_dir, preset: str, small: list[str], nodes: int = 2,
+                                inproc_nodes: int = 3, timeout: int = 900) -> dict:
+    """Run ``preset`` through ``corolla run`` (a real SuperLink and ``nodes`` SuperNodes) and in
+    process on ``inproc_nodes`` nodes; the metrics and bytes must be the same. Returns the summary."""
+    out = tmp_path / preset
+    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", preset, "--data-dir", data_dir,
+           "--out", str(out), "--nodes", str(nodes)] + [a for s in small for a in ("--set", s)]
+    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads((out / "summary.json").read_text())
+    t = InProcessTransport(partitions(inproc_nodes, {"data-dir": data_dir}))
+    ref = run_federation(t, {"preset": preset, "set": " ".join(small), "out-dir": str(tmp_path / f"{preset}-inproc"),
+                             "data-dir": data_dir})
+    assert s["metrics"] == ref["metrics"] and s.get("metrics_paper_compat") == ref.get("metrics_paper_compat")
+    assert s["bytes_up"] == ref["bytes_up"] and s["bytes_down"] == ref["bytes_down"]
+    return s
+
+
 def test_fedca_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """FedCA's personalised downloads (Q_g[u] to the aggregated clients only) and its fused
     evaluation over 2 real SuperNodes give the in-process numbers and bytes."""
-    small = ["num-rounds=2", "min-user-interactions=300", "local-epochs=2", "phase-timeout=120"]
-    out = tmp_path / "fedca"
-    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", "fedca-pmf-ml100k", "--data-dir", data_dir,
-           "--out", str(out), "--nodes", "2"] + [a for s in small for a in ("--set", s)]
-    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
-    s = json.loads((out / "summary.json").read_text())
-    t = InProcessTransport(partitions(3, {"data-dir": data_dir}))
-    ref = run_federation(t, {"preset": "fedca-pmf-ml100k", "set": " ".join(small),
-                             "out-dir": str(tmp_path / "fedca-inproc"), "data-dir": data_dir})
-    assert s["metrics"] == ref["metrics"] and s["metrics_paper_compat"] == ref["metrics_paper_compat"]
-    assert s["bytes_up"] == ref["bytes_up"] and s["bytes_down"] == ref["bytes_down"]
+    superlink_equals_in_process(tmp_path, data_dir, "fedca-pmf-ml100k",
+                                ["num-rounds=2", "min-user-interactions=300", "local-epochs=2", "phase-timeout=120"])
+
+
+def test_ufgraphfr_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """UFGraphFR over 2 real SuperNodes (the encoder runs in each node's ClientApp process, the
+    vectors stay in the client state; personalised tables go to each user) gives the in-process
+    numbers and bytes on 54 users."""
+    superlink_equals_in_process(tmp_path, data_dir, "ufgraphfr-ml100k",
+                                ["num-rounds=2", "min-user-interactions=300", "phase-timeout=300"])
+
+
+def test_lpsfed_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """LPSFed's 4 subgraph clients on 2 real SuperNodes (statistics phase, reference kernel,
+    personalised MLPs and margins) give the in-process numbers and bytes."""
+    s = superlink_equals_in_process(tmp_path, data_dir, "lpsfed-ml100k",
+                                    ["num-rounds=2", "local-epochs=2", "lpsfed-freeze-epochs=2", "lgcn-phi=16",
+                                     "batch-size=2048", "eval-every=1"], inproc_nodes=4)
+    assert s["per_client_metrics"].keys() == {"0", "1", "2", "3"}
+
+
+def test_dist_fedavg_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """Dist-FedAvg's expansion, matching and row pulls over 2 real SuperNodes give the in-process
+    numbers and bytes."""
+    superlink_equals_in_process(tmp_path, data_dir, "distfedavg-ml100k",
+                                ["num-rounds=2", "min-user-interactions=200", "clients-per-round=6",
+                                 "local-epochs=3"])
 
 
 def _free_port():
@@ -215,22 +248,3 @@ def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
             except ProcessLookupError:
                 pass
             pr.wait()
-
-
-def test_ufgraphfr_through_real_superlink_equals_in_process(tmp_path, data_dir):
-    """UFGraphFR over 2 real SuperNodes (the encoder runs in each node's ClientApp process, the
-    vectors stay in the client state; personalised tables go to each user) gives the in-process
-    numbers and bytes on 54 users."""
-    small = ["num-rounds=2", "min-user-interactions=300", "phase-timeout=300"]
-    out = tmp_path / "uf"
-    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", "ufgraphfr-ml100k", "--data-dir", data_dir,
-           "--out", str(out), "--nodes", "2"] + [a for s in small for a in ("--set", s)]
-    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr
-    s = json.loads((out / "summary.json").read_text())
-    t = InProcessTransport(partitions(3, {"data-dir": data_dir}))
-    ref = run_federation(t, {"preset": "ufgraphfr-ml100k", "set": " ".join(small),
-                             "out-dir": str(tmp_path / "uf-inproc"), "data-dir": data_dir})
-    assert s["metrics"] == ref["metrics"] and s["metrics_paper_compat"] == ref["metrics_paper_compat"]
-    assert s["bytes_up"] == ref["bytes_up"] and s["bytes_down"] == ref["bytes_down"]
