@@ -101,6 +101,8 @@ class GraphAggregation(CorollaStrategy):
         return {"clients": len(results), "uploads": len(cids), "graph-round": self.graph_round,
                 "neighbours": float(np.mean((a > 0).sum(1))),
                 "train-loss": float(np.nanmean([r_.metrics.get("train-loss", np.nan) for r_ in results.values()])),
+                # the text encoder's one-time cost (load + encode) summed over the clients' shares
+                "encode-s": float(sum(r_.metrics.get("encode-s", 0.0) for r_ in results.values())),
                 "server-s": time.perf_counter() - t0}
 
     # -------------------------------------------------------------- checkpoint
