@@ -17,8 +17,9 @@ A logical client is one user, its anchor a_c (``harness = expanded``). Phases:
   pulled negatives, L2 ``weight-decay`` on the batch's ego embeddings, a fresh Adam each round),
   and uploads every pulled row it updated, with ids, plus n_c = |edges of G_c| and the negatives
   it asks for next time (``neg-pool-size`` uniform draws from the items it never interacted with);
-* evaluation: full ranking of all items for the anchor by the dot product of its global row with
-  the global item table (layer 0), train items masked (and validation items for test).
+* evaluation: full ranking of all items for the anchor by the dot product of the user row and the
+  item table the server sends (LightGCN-propagated global tables, or layer 0), train items masked
+  (and validation items for test).
 
 All the users of a node train together: their local graphs form one block-diagonal graph and
 their rows one stacked parameter set, which equals training them one at a time (tested).

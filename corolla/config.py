@@ -153,6 +153,7 @@ SCHEMA: dict[str, Key] = {
     "alpha-warmup": Key(0, "Dist-FedAvg: first rounds with α = 1"),
     "max-neighbors-per-item": Key(0, "expansion: at most this many matched users per item (0 = no cap; FedPerGNN 100)"),
     "max-items": Key(0, "expansion: at most this many of a user's items are matched (0 = no cap; FedPerGNN 100)"),
+    "eval-embeddings": Key("propagated", "expanded harness evaluation: LightGCN-propagated global tables over the training graph the server learned in the expansion ('propagated', spec B6) or the global tables as they are ('layer0')", ("propagated", "layer0")),
     "neg-pool-size": Key(100, "expanded harness: negative item rows a client pulls for its next round (its BPR negatives)"),
     # --- LPSFed / LGCN (spec LPSFED_DISTFEDAVG part A)
     "lgcn-layers": Key(2, "LGCN: low-pass convolution layers"),

@@ -10,15 +10,16 @@ Round 1 has two setup phases before training:
   the run's seed, so a party that knows the item universe could invert them: the hashing protects
   only against an outside observer, as the paper drops FedPerGNN's pseudo-items and noise) and
   which clients share items; the aggregation side learns each client's neighbour ids and the ids of
-  the rows it pulls;
+  the rows it pulls — its training items, so the whole training graph;
 * ``match`` (every client): each receives its expanded users U_c and the shared-item edges.
 
 Each round: ``clients-per-round`` clients are sampled; each pulls the rows of {a_c} ∪ U_c and of
 its items and requested negatives, trains, and uploads them with ids. Users are aggregated by
 ``user-agg`` (Dist-FedAvg's inverse-distance rule with α_r, or a baseline rule), items by
 ``item-agg``, row by row over the clients that hold each row (``corolla.rowagg``); rows nobody
-held keep their value. Evaluation: every client ranks all items with its global user row and the
-global item table (sent once per node).
+held keep their value. Evaluation: every client ranks all items with its user row and the item
+table (sent once per node) — by default LightGCN-propagated over that training graph (spec B6, the
+paper's numbers), with ``eval-embeddings = layer0`` the global tables as they are.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class RowAggregation(CorollaStrategy):
         self.matched = False
         self.matcher = MatchingParty(cfg["seed"], cfg["max-items"], cfg["max-neighbors-per-item"])
         self._match: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._train_graph = None    # the training graph the expansion revealed (propagated evaluation)
 
     def summary(self) -> None:
         keys = ("method", "user-agg", "item-agg", "distance-mode", "minkowski-p", "alpha-schedule",
@@ -190,8 +192,30 @@ class RowAggregation(CorollaStrategy):
                 "user-rows": len(user_rows), "item-rows": len(item_rows), "server-s": time.perf_counter() - t0}
 
     # -------------------------------------------------------------- evaluation
+    def evaluation_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (user, item) tables the clients rank with: ``eval-embeddings = propagated`` (spec B6's
+        default) — LightGCN propagation of the global tables over the training graph, which the
+        server knows from the expansion (every client sent the ids of its training items);
+        ``layer0`` — the global tables as they are."""
+        if self.cfg["eval-embeddings"] == "layer0":
+            return self.users, self.items
+        import torch
+
+        from client_app.distfedavg import lightgcn
+        from corolla.models.lightgcn import normalized_adjacency
+
+        if self._train_graph is None:
+            us = np.concatenate([np.full(len(v), c, np.int64) for c, v in sorted(self.item_ids.items())])
+            its = np.concatenate([v for _, v in sorted(self.item_ids.items())])
+            self._train_graph = normalized_adjacency(len(self.users), self.n_items, us, its).to_sparse_csr()
+        x = torch.as_tensor(np.concatenate([self.users, self.items]))
+        with torch.no_grad():
+            p = lightgcn(self._train_graph, x, self.cfg["gcn-layers"]).numpy()
+        return p[: len(self.users)], p[len(self.users):]
+
     def evaluate_download(self, rnd, targets):
-        return {"item.table": self.items}, {c: {"user.row": self.users[c]} for c in targets}
+        users, items = self.evaluation_tables()
+        return {"item.table": items}, {c: {"user.row": users[c]} for c in targets}
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self):
