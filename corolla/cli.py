@@ -39,6 +39,26 @@ APP_DIR = Path(__file__).resolve().parents[1]
 SUPEREXEC_POLL_S = 0.05   # FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the processes Corolla starts (Flower: 1 s)
 
 
+def flower_bin(name: str) -> str:
+    """Flower's command ``name`` (flwr, flower-superlink, flower-supernode): from PATH, else from
+    the bin directory of this interpreter (a venv that is used without being activated)."""
+    import shutil
+    found = shutil.which(name)
+    if found:
+        return found
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    raise FileNotFoundError(f"Flower's command '{name}' is neither on PATH nor beside {sys.executable}; "
+                            "install the project (pip install -e .) into the interpreter that runs corolla")
+
+
+def _path_with_interpreter(path: str) -> str:
+    """PATH with this interpreter's bin directory first: the SuperLink and SuperNodes start
+    flwr-serverapp / flwr-clientapp by name."""
+    return os.pathsep.join([str(Path(sys.executable).parent), path]).rstrip(os.pathsep)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -78,6 +98,7 @@ class Cluster:
         # ServerApp and every ClientApp process) look for a task every second by default
         self.env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", str(SUPEREXEC_POLL_S))
         self.env["PYTHONPATH"] = os.pathsep.join([str(APP_DIR), self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        self.env["PATH"] = _path_with_interpreter(self.env.get("PATH", ""))
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
@@ -88,7 +109,7 @@ class Cluster:
 
     def start(self) -> str:
         port = free_port()
-        cmd = ["flower-superlink", "--insecure", "--disable-runtime-dependency-installation",
+        cmd = [flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
                "--host", "127.0.0.1", "--port", str(port)]
         if self.mode == "sim":
             cmd += ["--simulation"]
@@ -106,7 +127,7 @@ class Cluster:
                     nc["data-dir"] = self.data_dir
                 nc.setdefault("state-dir", str(self.out / "node-state" / f"node{i}"))
                 ncs = " ".join(f"{k}={_toml_str(v) if isinstance(v, str) else v}" for k, v in nc.items())
-                self._spawn(f"supernode{i}", ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{fleet}",
+                self._spawn(f"supernode{i}", [flower_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{fleet}",
                                               "--host", "127.0.0.1", "--port", str(free_port()),
                                               "--node-config", ncs])
         (self.logs / "pids.json").write_text(json.dumps(
@@ -262,7 +283,7 @@ def run_command(args: argparse.Namespace) -> int:
         conn = cluster.start()
         rc_file = out / "run-config.toml"
         write_run_config(rc_file, run_cfg)
-        cmd = ["flwr", "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)]
+        cmd = [flower_bin("flwr"), "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)]
         if args.mode == "sim":
             cmd += ["--federation-config", f"num-supernodes={nodes}"]
         with open(cluster.logs / "flwr-run.log", "ab") as log:
@@ -306,12 +327,13 @@ def write_run_config(path: Path, run_cfg: dict) -> None:
 def flwr_env(home: Path) -> dict[str, str]:
     env = dict(os.environ, FLWR_HOME=str(home), FLWR_DISABLE_UPDATE_CHECK="1", PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join([str(APP_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PATH"] = _path_with_interpreter(env.get("PATH", ""))
     return env
 
 
 def run_status(env: dict[str, str], conn: str, run_id: str) -> str:
     """The run's status on the SuperLink (``finished:completed``, ``finished:failed``, ...)."""
-    p = subprocess.run(["flwr", "ls", conn, "--run-id", run_id, "--format", "json"], env=env, cwd=str(APP_DIR),
+    p = subprocess.run([flower_bin("flwr"), "ls", conn, "--run-id", run_id, "--format", "json"], env=env, cwd=str(APP_DIR),
                        capture_output=True, text=True, timeout=120)
     try:
         return str(json.loads(p.stdout)["runs"][0]["status"])
@@ -364,7 +386,7 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
     write_run_config(rc_file, run_cfg)
     print(f"corolla: {what} -> SuperLink {args.superlink}" + (" (TLS)" if ca else " (insecure)")
           + f", waiting for {nodes} SuperNode(s)")
-    proc = subprocess.Popen(["flwr", "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)],
+    proc = subprocess.Popen([flower_bin("flwr"), "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(APP_DIR))
     run_id = None
     try:
@@ -378,7 +400,7 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
         proc.wait()
     except KeyboardInterrupt:
         if run_id is not None:
-            subprocess.run(["flwr", "stop", run_id, conn], env=env, cwd=str(APP_DIR), capture_output=True, timeout=60)
+            subprocess.run([flower_bin("flwr"), "stop", run_id, conn], env=env, cwd=str(APP_DIR), capture_output=True, timeout=60)
         print(f"\ncorolla: interrupted; run {run_id} stopped on the SuperLink"
               + (f" (resume with: corolla run --superlink {args.superlink} --resume {run_cfg['out-dir']})"
                  if run_cfg["out-dir"] else ""), file=sys.stderr)
