@@ -68,6 +68,29 @@ def test_spectral_recovers_two_components_and_drops_cross_edges():
     assert st["edges_dropped"] == 1 and st["edges_kept"] == len(edges) - 1
 
 
+def test_spectral_labels_equal_scikit_learns_on_ml100k(data_dir):
+    """Our Lanczos embedding + cluster_qr gives the partition of scikit-learn's
+    SpectralClustering(affinity='precomputed', assign_labels='cluster_qr') (ARPACK shift-invert,
+    too slow for Gowalla) on the ML-100K graph: the same 4 groups of users and items."""
+    import scipy.sparse as sp
+    from sklearn.cluster import SpectralClustering
+
+    from corolla.data.loaders import load_ml100k
+
+    inter = load_ml100k(data_dir)
+    nu, ni = int(inter.user.max()) + 1, int(inter.item.max()) + 1
+    ul, il, _ = P.partition_spectral(inter.user, inter.item, nu, ni, 4, seed=0)
+    n = nu + ni
+    r = sp.coo_matrix((np.ones(len(inter.user)), (inter.user, nu + inter.item)), shape=(n, n)).tocsr()
+    r.data[:] = 1.0
+    ref = SpectralClustering(n_clusters=4, affinity="precomputed", assign_labels="cluster_qr",
+                             random_state=0).fit_predict((r + r.T).tocsr())
+    ours = np.concatenate([ul, il])
+    pairs = set(zip(ours.tolist(), ref.tolist()))
+    assert len(pairs) == 4 and len({a for a, _ in pairs}) == 4   # a bijection of labels
+    assert sorted(np.bincount(ours).tolist()) == sorted(np.bincount(ref).tolist())
+
+
 def test_fedcia_split_from_file(data_dir):
     fed = build_federation(resolve(None, {"split": "fedcia", "partition": "fedcia", "protocol": "full-rank"}),
                            data_dir, use_cache=False)
