@@ -2,8 +2,12 @@
 
 Layout: ``<state-dir>/<run-key>/c<cid>.r<round>.npz``. The state after round r is tagged r. A
 resumed run restores, for every client, the newest version with round <= the resumed round.
-Older versions are deleted once a newer one exists below the current round, so a run killed
-mid-round can always go back to the end of the previous round.
+A client keeps the two newest versions below the round it saves (older ones are deleted): with
+fused evaluation the server's last checkpoint is the round *before* the one whose replies it has
+(round r is checkpointed once its evaluation, carried by round r+1's message, is back), so a run
+killed while round r+2 is in flight resumes from r, and every client must still have its state
+of r. (Keeping one version lost it: a SuperLink restart under compose resumed with fresh client
+state, docker/faults.sh drill B.)
 
 State never lives in module globals: in deployment every message may start a new ClientApp
 process, and the directory is what persists across them.
@@ -20,6 +24,7 @@ import numpy as np
 from corolla.util import atomic_save_npz, load_npz
 
 _PAT = re.compile(r"^c(-?\d+)\.r(\d+)\.npz$")
+KEEP_BELOW = 2   # versions kept below the round being saved (see the module docstring)
 
 
 class StateStore:
@@ -48,7 +53,7 @@ class StateStore:
         atomic_save_npz(self.dir / f"c{cid}.r{rnd}.npz", arrays)
         vs = self._versions(cid)
         below = [v for v in vs if v < rnd]
-        keep_from = below[-1] if below else rnd
+        keep_from = below[-KEEP_BELOW:][0] if below else rnd
         for v in vs:
             if v < keep_from or v > rnd:  # versions beyond rnd belong to an abandoned future
                 (self.dir / f"c{cid}.r{v}.npz").unlink(missing_ok=True)

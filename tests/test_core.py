@@ -40,9 +40,14 @@ def test_state_store_versions(tmp_path):
     st.save(0, 3, {"a": np.array([3])})
     assert st.load(0, 2)[1]["a"].tolist() == [1]  # kept: the newest version below round 3
     st.save(0, 4, {"a": np.array([4])})
-    assert st.load(0, 2) is None  # dropped once round 3 is the newest below round 4
+    # two versions below the saved round are kept: a run killed in round 4 may resume from
+    # round 2's checkpoint (fused evaluation), whose state is round 1's here
+    assert st.load(0, 2)[1]["a"].tolist() == [1]
     assert st.load(0, 3)[1]["a"].tolist() == [3]
-    assert st.load(0, 9)[0] == 4
+    st.save(0, 5, {"a": np.array([5])})
+    assert st.load(0, 2) is None  # dropped once rounds 3 and 4 are below round 5
+    assert st.load(0, 3)[1]["a"].tolist() == [3]
+    assert st.load(0, 9)[0] == 5
     truncate(st, [0], 3)
     assert st.load(0, 9)[0] == 3
     assert st.load(1, 9) is None
