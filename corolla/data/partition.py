@@ -60,12 +60,17 @@ def spectral_embedding(a, k: int, seed: int) -> np.ndarray:
     n = a.shape[0]
     if not 1 <= k < n:
         raise ValueError(f"num-clients={k}: expected 1..{n - 1} for a graph of {n} nodes")
+    a = sp.csr_matrix(a, dtype=np.float64, copy=True)
+    a.setdiag(0.0)   # as scipy's laplacian: self-loops are ignored
+    a.eliminate_zeros()
     deg = np.asarray(a.sum(1)).ravel()
-    dd = 1.0 / np.sqrt(deg)
+    # an isolated node has L_ii = 1 in scikit-learn (its diagonal is set to 1), i.e. eigenvalue 0
+    # of the normalised adjacency: its row stays zero and it never spans a leading eigenvector
+    dd = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
     norm = sp.diags(dd) @ a @ sp.diags(dd)
     v0 = np.random.default_rng(seed).uniform(-1.0, 1.0, n)
     _, vec = eigsh(norm, k=k, which="LA", v0=v0, tol=0.0)
-    return vec[:, ::-1] * dd[:, None]
+    return vec[:, ::-1] * np.where(deg > 0, dd, 1.0)[:, None]
 
 
 def partition_spectral(user: np.ndarray, item: np.ndarray, n_users: int, n_items: int, k: int,
@@ -77,10 +82,6 @@ def partition_spectral(user: np.ndarray, item: np.ndarray, n_users: int, n_items
     r = sp.coo_matrix((np.ones(len(user)), (user, n_users + item)), shape=(n, n)).tocsr()
     r.data[:] = 1.0
     a = (r + r.T).tocsr()
-    # isolated nodes get a self-loop so the normalised Laplacian is defined
-    deg = np.asarray(a.sum(1)).ravel()
-    if (deg == 0).any():
-        a = (a + sp.diags((deg == 0).astype(float))).tocsr()
     labels = cluster_qr(spectral_embedding(a, k, seed))
     ul, il = labels[:n_users].astype(np.int64), labels[n_users:].astype(np.int64)
     kept = ul[user] == il[item]
