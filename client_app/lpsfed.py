@@ -145,10 +145,11 @@ class LPSFedClient(LogicalClient):
             pos_sets[u].add(i)
         n_items = len(self.items)
         total, seen, margins = 0.0, 0, []
+        joint = cfg["lpsfed-bias-train"] == "joint"   # the code: no warm-up, bias tables trained through ξ̂
         epochs = cfg["local-epochs"]
         for e in range(epochs):
             global_epoch = (rnd - 1) * epochs + e
-            warm = self.bias_aware and global_epoch < cfg["lpsfed-freeze-epochs"]
+            warm = self.bias_aware and not joint and global_epoch < cfg["lpsfed-freeze-epochs"]
             neg = negatives(g, self.train_u, pos_sets, n_items)
             order = g.permutation(len(self.train_u))
             last = e == epochs - 1
@@ -159,28 +160,37 @@ class LPSFedClient(LogicalClient):
                 j = torch.as_tensor(neg[sel])
                 opt.zero_grad(set_to_none=True)
                 if warm:   # the first local epochs train the bias encoders alone (L_bias, Eq. 7)
-                    xi = torch.cos(m.bias_angle(pu[u], pi[i]))
-                    xj = torch.cos(m.bias_angle(pu[u], pi[j]))
+                    xi = m.bias_cosine(pu[u], pi[i])
+                    xj = m.bias_cosine(pu[u], pi[j])
                     loss = L.info_nce(xi, xj, cfg["lpsfed-tau2"])
                     trainable = set(bias_names)
+                    if last:   # M_c of a warm-up round: Eq. 8 with the current model (sent, not trained)
+                        with torch.no_grad():
+                            e_pos = m.pooled(torch.cat([u, n_u + i]))
+                            r_ui = m.angle(e_pos[:len(u)], e_pos[len(u):], cfg["lpsfed-scorer"])
+                            margins.append(torch.minimum(cfg["lpsfed-gamma"] * m.bias_angle(pu[u], pi[i]),
+                                                         math.pi - r_ui))
                 else:
                     nodes = torch.cat([u, n_u + i, n_u + j])
                     e_all = m.pooled(nodes)
                     eu, ei, ej = e_all[:len(u)], e_all[len(u):2 * len(u)], e_all[2 * len(u):]
-                    r_ui = m.angle(eu, ei, cfg["lpsfed-scorer"])
-                    r_uj = m.angle(eu, ej, cfg["lpsfed-scorer"])
+                    c_ui = m.cosine(eu, ei, cfg["lpsfed-scorer"])
+                    c_uj = m.cosine(eu, ej, cfg["lpsfed-scorer"])   # negatives: cos R̂ itself (Eq. 9)
                     if self.bias_aware:
+                        r_ui = torch.arccos(c_ui.clamp(-1 + 1e-7, 1 - 1e-7))
                         xi_hat = m.bias_angle(pu[u], pi[i])
                         m_ui = torch.minimum(cfg["lpsfed-gamma"] * xi_hat, math.pi - r_ui)       # Eq. 8
                         base = margin_upd if margin_upd is not None else float(m_ui.detach().mean())
                         fm = cfg["lpsfed-omega"] * base + (1 - cfg["lpsfed-omega"]) * m_ui        # Eq. 15
                         pos = torch.cos((r_ui + fm).clamp(0.0, math.pi))
-                        loss = L.info_nce(pos, torch.cos(r_uj), cfg["lpsfed-tau1"])               # Eq. 9
+                        loss = L.info_nce(pos, c_uj, cfg["lpsfed-tau1"])               # Eq. 9
                         if last:
                             margins.append(m_ui.detach())
-                        trainable = set(n for n, _ in m.named_parameters()) - set(bias_names)
+                        trainable = set(n for n, _ in m.named_parameters())
+                        if not joint:
+                            trainable -= set(bias_names)
                     else:
-                        loss = L.bpr(r_ui, r_uj)
+                        loss = L.bpr(c_ui, c_uj)
                         trainable = set(n for n, _ in m.named_parameters())
                 loss.backward()
                 for n_, p_ in m.named_parameters():
@@ -221,9 +231,7 @@ class LPSFedClient(LogicalClient):
             eu_all, ei = e[:n_u], e[n_u:]
             for a in range(0, len(local), 64):
                 rows = local[a:a + 64]
-                s = np.empty((len(rows), len(self.items)), np.float64)
-                for r0 in range(0, len(rows), 16):   # bounded memory for the pairwise MLP
-                    s[r0:r0 + 16] = -m.angle_matrix(eu_all[rows[r0:r0 + 16]], ei, self.cfg["lpsfed-scorer"]).numpy()
+                s = -m.angle_matrix(eu_all[rows], ei, self.cfg["lpsfed-scorer"]).numpy().astype(np.float64)
                 truth = []
                 for k, row in enumerate(rows):
                     u = int(self.users[row])

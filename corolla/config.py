@@ -165,6 +165,7 @@ SCHEMA: dict[str, Key] = {
     "lpsfed-tau2": Key(0.08, "LPSFed: temperature τ2 of the bias loss (Eq. 7)"),
     "lpsfed-gamma": Key(1.0, "LPSFed: γ of the margin min{γ ξ̂, π − R̂} (Eq. 8)"),
     "lpsfed-omega": Key(0.5, "LPSFed: ω of the refined margin ω M_c + (1 − ω) M_ui (Eq. 15)"),
+    "lpsfed-bias-train": Key("freeze", "LPSFed: how the popularity-bias encoders train: 'freeze' — on L_bias alone for the first lpsfed-freeze-epochs, then frozen while the model trains on the BC loss (the BC-Loss schedule the paper describes); 'joint' — the authors' code: no warm-up, never frozen, trained by the BC loss through the margin ξ̂ (which drives the margins towards 0)", ("freeze", "joint")),
     "lpsfed-freeze-epochs": Key(10, "LPSFed: the first N local epochs of the run train only the bias encoders (L_bias); later ones the model with the encoders frozen (the paper's 'first two global epochs')"),
     "lpsfed-weight-decay": Key(0.02, "LPSFed / LGCN: RMSprop weight decay"),
     "lpsfed-personalize": Key(True, "LPSFed: personalised distribution θ_c ← ρ̄θ̄ + (1−ρ̄)θ_c (false: ρ̄ ≡ 1, the 'w/o per' ablation)"),

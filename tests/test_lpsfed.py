@@ -62,7 +62,9 @@ def test_lgcn_layers_equal_explicit_convolutions():
 
 
 @pytest.mark.parametrize("scorer, mlp", [("paper", "paper"), ("paper", "code"), ("code", "paper")])
-def test_pairwise_angle_matrix_equals_per_pair_angle(scorer, mlp):
+@pytest.mark.parametrize("block", [4096, 3])   # one item block, and blocks that do not divide the items
+def test_pairwise_angle_matrix_equals_per_pair_angle(scorer, mlp, block, monkeypatch):
+    monkeypatch.setattr(L, "RANK_ITEM_BLOCK", block)
     torch.manual_seed(0)
     m = L.LGCN(5, 6, dim=8, layers=2, phi=4, mlp=mlp, bias=False)
     m.init_params(1)
@@ -74,6 +76,43 @@ def test_pairwise_angle_matrix_equals_per_pair_angle(scorer, mlp):
     pairs = m.angle(eu[:, None, :].expand(3, 7, 8), ei[None].expand(3, 7, 8), scorer)
     torch.testing.assert_close(mat, pairs, atol=1e-5, rtol=1e-5)
     assert float(mat.min()) >= 0 and float(mat.max()) <= np.pi
+
+
+def test_losses_on_saturated_cosines_keep_a_gradient():
+    """BPR and the negatives of Eq. 9 use cos R̂ itself: cos(arccos(clamp(c))) would have no
+    gradient once |c| reaches 1 (the clamp), which froze LGCN's training in collapsed states."""
+    c = torch.tensor([1.0, -1.0], requires_grad=True)
+    L.bpr(c[:1], c[1:]).backward()
+    assert float(c.grad.abs().min()) > 0
+    c.grad = None
+    L.info_nce(torch.tensor([0.5]), c[:1], 0.07).backward()
+    assert float(c.grad[0]) > 0
+
+
+def _client(data_dir, **over):
+    from client_app.lpsfed import LPSFedClient
+    from corolla.config import resolve
+    from corolla.data import build_federation
+
+    cfg = resolve("lpsfed-ml100k", {"num-rounds": 2, "local-epochs": 1, "lgcn-phi": 16, "batch-size": 4096, **over})
+    fed = build_federation(cfg, data_dir)
+    return LPSFedClient(cfg, fed, 1, fed.clients[1], torch.device("cpu"), data_dir)
+
+
+def test_bias_encoder_schedules_and_the_warm_up_margin(data_dir):
+    ref = {"reference": np.linspace(0, 1, 16).astype(np.float32)}
+    changed = lambda a, b, pre: {k for k in a if k.startswith(pre) and not np.array_equal(a[k], b[k])}
+    c = _client(data_dir, **{"lpsfed-freeze-epochs": 1})            # 'freeze' (default)
+    s0 = c.init_state()
+    r1 = c.phase_train(1, s0, ref, {})                                # warm-up: only the bias encoders train
+    assert changed(r1.state, s0, "bias_") and not changed(r1.state, s0, ("user", "item", "pool", "pred", "kernel"))
+    assert 0 < float(r1.payload["margin"][0]) < np.pi                 # M_c of Eq. 10 is sent already, not 0
+    r2 = c.phase_train(2, r1.state, ref, {"margin": r1.payload["margin"]})
+    assert not changed(r2.state, r1.state, "bias_") and changed(r2.state, r1.state, "user")
+    j = _client(data_dir, **{"lpsfed-freeze-epochs": 1, "lpsfed-bias-train": "joint"})
+    s0 = j.init_state()
+    rj = j.phase_train(1, s0, ref, {})                                # the code: no warm-up, all train at once
+    assert changed(rj.state, s0, "bias_") and changed(rj.state, s0, "user") and changed(rj.state, s0, "pool")
 
 
 def test_popularity_buckets():

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+RANK_ITEM_BLOCK = 4096   # items per block of the pairwise ranking (keeps a block × users × h in cache)
 POP_EDGES = np.array([10, 20, 30, 40, 50, 100, 200, 300, 400, 500])   # 11 buckets (spec A3)
 
 
@@ -126,18 +127,22 @@ class LGCN(nn.Module):
             x = torch.tanh(layer(x))   # tanh between the layers and on the output (Eq. 4)
         return x
 
-    def angle(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
-        """R̂ ∈ [0, π] (Eq. 5; ``code``: arccos of the cosine of the pooled embeddings)."""
+    def cosine(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
+        """cos R̂ ∈ [−1, 1] (Eq. 5: tanh of the predictive MLP; ``code``: the cosine of the pooled
+        embeddings). Losses that need only cos R̂ (the negatives of Eq. 9, BPR) use this, not
+        cos(arccos(·)): the clamp in :meth:`angle` has no gradient where |cos| reaches 1."""
         if scorer == "code":
-            c = F.cosine_similarity(eu, ei, dim=-1)
-        else:
-            x = torch.cat([eu, ei, eu * ei], -1)
-            for j, layer in enumerate(self.pred):
-                x = layer(x)
-                if j < len(self.pred) - 1:
-                    x = torch.tanh(x)
-            c = torch.tanh(x.squeeze(-1))
-        return torch.arccos(c.clamp(-1 + 1e-7, 1 - 1e-7))
+            return F.cosine_similarity(eu, ei, dim=-1)
+        x = torch.cat([eu, ei, eu * ei], -1)
+        for j, layer in enumerate(self.pred):
+            x = layer(x)
+            if j < len(self.pred) - 1:
+                x = torch.tanh(x)
+        return torch.tanh(x.squeeze(-1))
+
+    def angle(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
+        """R̂ = arccos(cos R̂) ∈ [0, π] (Eq. 5)."""
+        return torch.arccos(self.cosine(eu, ei, scorer).clamp(-1 + 1e-7, 1 - 1e-7))
 
     def angle_matrix(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
         """R̂ of every (user, item) pair of ``eu`` (U × d) and ``ei`` (I × d), U × I, for ranking.
@@ -145,21 +150,33 @@ class LGCN(nn.Module):
         (diag(e_u) W3ᵀ)ᵀ e_i, so the U × I × 3d input is never built."""
         if scorer == "code":
             c = F.normalize(eu, dim=-1) @ F.normalize(ei, dim=-1).T
-        else:
+        else:   # per user u: [e_i ‖ 1] @ [[W2ᵀ + diag(e_u) W3ᵀ]; (W1 e_u + b)ᵀ], one matmul for the chunk
             d = eu.shape[1]
             w, b = self.pred[0].weight, self.pred[0].bias                     # h × 3d
             w1, w2, w3 = w[:, :d], w[:, d:2 * d], w[:, 2 * d:]
-            x = (eu @ w1.T)[:, None, :] + (ei @ w2.T)[None] + b
-            x = x + torch.einsum("nk,ukh->unh", ei, eu[:, :, None] * w3.T[None])
-            for j, layer in enumerate(self.pred[1:]):
-                x = layer(torch.tanh(x))
-            c = torch.tanh(x.squeeze(-1))
+            h = w.shape[0]
+            per_user = w2.T[None] + eu[:, :, None] * w3.T[None]                 # U × d × h
+            row = eu @ w1.T + b                                                # U × h
+            rhs = torch.cat([per_user, row[:, None, :]], 1).permute(1, 0, 2).reshape(d + 1, -1)
+            out = []
+            for a in range(0, ei.shape[0], RANK_ITEM_BLOCK):
+                blk = ei[a:a + RANK_ITEM_BLOCK]
+                lhs = torch.cat([blk, torch.ones(len(blk), 1, dtype=ei.dtype)], 1)
+                x = (lhs @ rhs).view(-1, eu.shape[0], h)                      # I_block × U × h
+                for layer in self.pred[1:]:
+                    x = layer(x.tanh() if torch.is_grad_enabled() else x.tanh_())
+                out.append(x.squeeze(-1))
+            c = torch.tanh(torch.cat(out).T)
         return torch.arccos(c.clamp(-1 + 1e-7, 1 - 1e-7))
 
-    def bias_angle(self, pu: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
+    def bias_cosine(self, pu: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
+        """cos ξ̂_ui of the L2-normalised bias embeddings (Eq. 7)."""
         bu = F.normalize(self.bias_user(pu), dim=-1)
         bi = F.normalize(self.bias_item(pi), dim=-1)
-        return torch.arccos((bu * bi).sum(-1).clamp(-1 + 1e-7, 1 - 1e-7))
+        return (bu * bi).sum(-1)
+
+    def bias_angle(self, pu: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
+        return torch.arccos(self.bias_cosine(pu, pi).clamp(-1 + 1e-7, 1 - 1e-7))
 
 
 def info_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float) -> torch.Tensor:
@@ -168,6 +185,6 @@ def info_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float) -> torch.Tensor:
     return -(torch.log(a / (a + b) + 1e-10)).mean()
 
 
-def bpr(pos_angle: torch.Tensor, neg_angle: torch.Tensor) -> torch.Tensor:
+def bpr(pos_cos: torch.Tensor, neg_cos: torch.Tensor) -> torch.Tensor:
     """BPR on the scores cos R̂ (LPSFed (BPR) and the FedAvg-LGCN baseline)."""
-    return F.softplus(-(torch.cos(pos_angle) - torch.cos(neg_angle))).mean()
+    return F.softplus(-(pos_cos - neg_cos)).mean()
