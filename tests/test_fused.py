@@ -33,6 +33,10 @@ def shrink(preset: str) -> str:
         if cfg["client-models"]:
             parts = [p.partition(":")[0] for p in cfg["client-models"].split("|")]
             out.append("client-models=" + json.dumps("|".join(f"{p}:8" for p in parts)))
+    if cfg["harness"] == "expanded":
+        out += ["local-epochs=2", "clients-per-round=10"]
+        if cfg["dataset"] == "ml-1m":   # ML-1M's ratings are not in the offline data directory
+            out.append("dataset=ml-100k")
     if cfg["model"] == "lgcn":   # spectral partition + eigenvectors of Gowalla/ML-1M take minutes
         out += ["dataset=ml-100k", "split=ratio", 'split-ratios="0.81,0.09,0.1"', "lgcn-phi=16",
                 "local-epochs=1", "lpsfed-freeze-epochs=1", "batch-size=2048", "eval-every=1"]
