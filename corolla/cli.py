@@ -39,24 +39,22 @@ APP_DIR = Path(__file__).resolve().parents[1]
 SUPEREXEC_POLL_S = 0.05   # FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the processes Corolla starts (Flower: 1 s)
 
 
-def flower_bin(name: str) -> str:
-    """Flower's command ``name`` (flwr, flower-superlink, flower-supernode): from PATH, else from
-    the bin directory of this interpreter (a venv that is used without being activated)."""
-    import shutil
-    found = shutil.which(name)
-    if found:
-        return found
-    beside = Path(sys.executable).parent / name
-    if beside.exists():
-        return str(beside)
-    raise FileNotFoundError(f"Flower's command '{name}' is neither on PATH nor beside {sys.executable}; "
-                            "install the project (pip install -e .) into the interpreter that runs corolla")
-
-
 def _path_with_interpreter(path: str) -> str:
     """PATH with this interpreter's bin directory first: the SuperLink and SuperNodes start
-    flwr-serverapp / flwr-clientapp by name."""
+    flwr-serverapp / flwr-clientapp by name, and they must be the same Flower as ours."""
     return os.pathsep.join([str(Path(sys.executable).parent), path]).rstrip(os.pathsep)
+
+
+def flower_bin(name: str) -> str:
+    """Flower's command ``name`` (flwr, flower-superlink, flower-supernode), looked up on the same
+    PATH the children get: this interpreter's bin directory first (a venv used without being
+    activated), then PATH."""
+    import shutil
+    found = shutil.which(name, path=_path_with_interpreter(os.environ.get("PATH", "")))
+    if found:
+        return found
+    raise FileNotFoundError(f"Flower's command '{name}' is neither beside {sys.executable} nor on PATH; "
+                            "install the project (pip install -e .) into the interpreter that runs corolla")
 
 
 def free_port() -> int:

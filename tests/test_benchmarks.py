@@ -129,3 +129,46 @@ def test_authors_log_converter_and_valid_last_selection(tmp_path):
     curve = reference(out)
     sel = select(curve, [1, 2])
     assert sel["valid_selected"]["round"] == 1 and sel["valid_selected_last"]["round"] == 2   # ties
+
+
+def test_seeds_table_mean_and_sample_std_by_hand(tmp_path):
+    for seed, (hr, rounds) in enumerate([(0.70, 10), (0.72, 12), (0.74, 20)]):
+        (tmp_path / f"m+seed={seed}.json").write_text(json.dumps({
+            "status": "completed", "metrics": {"hr@10": hr, "ndcg@10": 0.1}, "rounds_completed": rounds,
+            "wall_s": 30.0 * (seed + 1), "bytes_up": 2e6 * rounds, "bytes_down": 4e6 * rounds}))
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seeds_table.py"),
+                        f"M={tmp_path}/m+seed=[0-9].json", f"none={tmp_path}/absent*.json"],
+                       capture_output=True, text=True, check=True)
+    rows = [r for r in p.stdout.splitlines() if r.startswith("| M |") or r.startswith("| none |")]
+    # mean 0.72, sample std sqrt(((-.02)² + 0 + .02²) / 2) = 0.02; NDCG constant: std 0
+    assert rows[0] == "| M | 3 | 0.7200 ± 0.0200 | 0.1000 ± 0.0000 | 10–20 | 60 | 2.0 / 4.0 |"
+    assert rows[1].startswith("| none | 0 |")
+    (tmp_path / "bad.json").write_text(json.dumps({"status": "failed"}))
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seeds_table.py"), f"B={tmp_path}/bad.json"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "not completed" in p.stderr
+
+
+def test_graph_noise_agreement_is_one_without_noise_and_chance_with_much(tmp_path):
+    """Three well-separated groups of W_u: a tiny ε keeps the clean graph, a large one gives a graph
+    no closer to it than chance (independent graphs with the same row densities)."""
+    import numpy as np
+
+    g = np.random.default_rng(0)
+    centres = g.standard_normal((3, 32 * 384))
+    node = tmp_path / "run" / "node-state" / "n0"
+    node.mkdir(parents=True)
+    for c in range(60):
+        w = centres[c % 3] + 0.01 * g.standard_normal(32 * 384)
+        np.savez(node / f"c{c}.r5.npz", **{"user.weight": w.reshape(32, 384).astype(np.float32),
+                                           "text": g.standard_normal(384).astype(np.float32)})
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"config": {
+        "graph-mode": "reference", "neighborhood-size": 0, "neighborhood-threshold": 1.0}}))
+    out = tmp_path / "noise.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ufgraphfr_graph_noise.py"), str(tmp_path / "run"),
+                    "--eps", "0.0001,100", "--out", str(out)], check=True, capture_output=True, text=True)
+    r = json.loads(out.read_text())
+    assert r["round"] == 5 and r["clients"] == 60
+    assert r["noisy"]["0.0001"]["agreement"] == 1.0
+    assert r["noisy"]["0.0001"]["chance_agreement"] < 0.9
+    assert abs(r["noisy"]["100.0"]["agreement"] - r["noisy"]["100.0"]["chance_agreement"]) < 0.05

@@ -284,3 +284,20 @@ def test_compose_run_completes_with_results_on_the_host(tmp_path, data_dir):
         assert s["status"] == "completed" and s["rounds_completed"] == 1
     finally:
         subprocess.run(base + ["down", "-v"], cwd=ROOT, env=env, capture_output=True, timeout=300)
+
+
+def test_flower_commands_come_from_the_interpreters_bin_before_path(tmp_path, monkeypatch):
+    """`corolla run` starts the SuperLink, SuperNodes and `flwr` of the Flower it imports: a
+    different `flwr` earlier on PATH is not used, and children get the same PATH order."""
+    from corolla.cli import _path_with_interpreter, flower_bin
+
+    other = tmp_path / "bin"
+    other.mkdir()
+    fake = other / "flwr"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(other))
+    assert flower_bin("flwr") == str(Path(sys.executable).parent / "flwr")
+    assert _path_with_interpreter(os.environ["PATH"]).split(os.pathsep) == [str(Path(sys.executable).parent), str(other)]
+    with pytest.raises(FileNotFoundError, match="no-such-flower-command"):
+        flower_bin("no-such-flower-command")
