@@ -57,6 +57,8 @@ SCHEMA: dict[str, Key] = {
     "split": Key("loo", "train/valid/test split", ("loo", "ratio", "fedcia", "given")),
     "split-ratios": Key("0.8,0.1,0.1", "per-user train,valid,test fractions for split=ratio (and valid from train for split=given)"),
     "eval-negatives": Key(99, "sampled negatives per user for protocol=loo (drawn once)"),
+    "ml100k-file": Key("u.data", "where ML-100K's interactions come from: 'u.data' (GroupLens' file) or 'gpfedrec-csv' (the CSV data/100k/ratings.dat of the GPFedRec, PFedRec and UFGraphFR repositories: the same 100,000 ratings in another row order; leave-one-out breaks timestamp ties by file order, so 267 test and 383 validation items differ from u.data's)", ("u.data", "gpfedrec-csv")),
+    "eval-neg-sampler": Key("numpy", "how loo negatives are drawn: 'numpy' (a generator seeded by the run) or 'python-random' (the PFedRec/GPFedRec/UFGraphFR data.py: random.seed(seed), then per user, in order of first appearance in the file, random.sample over its uninteracted items ordered by their first appearance; reproduces those codes' negatives exactly)", ("numpy", "python-random")),
     "eval-neg-pool": Key("disjoint", "loo negatives: 'disjoint' = 2N uninteracted items, first N valid, last N test; 'shared' = the same N for both", ("disjoint", "shared")),
     "partition": Key("user", "logical clients", ("user", "blocks", "random", "spectral", "fedcia")),
     "num-clients": Key(100, "number of logical clients for partition=blocks|random|spectral"),

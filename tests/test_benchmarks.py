@@ -172,3 +172,38 @@ def test_graph_noise_agreement_is_one_without_noise_and_chance_with_much(tmp_pat
     assert r["noisy"]["0.0001"]["agreement"] == 1.0
     assert r["noisy"]["0.0001"]["chance_agreement"] < 0.9
     assert abs(r["noisy"]["100.0"]["agreement"] - r["noisy"]["100.0"]["chance_agreement"]) < 0.05
+
+
+def test_authors_loo_check_maps_ids_and_counts_differences(tmp_path, data_dir):
+    """The checker's mapping and counting, with a stand-in for the authors' interpreter that prints
+    our own evaluation data in the authors' raw-id form (then one user's negative is changed)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import authors_loo_check as A
+
+    from corolla.config import resolve
+    from corolla.data import build_federation
+
+    fed = build_federation(resolve("gpfedrec-ml100k"), data_dir, use_cache=False)
+    theirs: dict = {}
+    for split, neg in (("valid", fed.neg_valid), ("test", fed.neg_test)):
+        ptr, idx = fed.indptr[split], fed.indices[split]
+        theirs[split] = {str(int(fed.user_ids[u])): [int(idx[ptr[u]]) + 1] + [int(x) + 1 for x in neg[u]]
+                         for u in range(fed.n_users)}
+    fake = tmp_path / "python"
+
+    def check(payload) -> dict:
+        (tmp_path / "theirs.json").write_text(json.dumps(payload))
+        fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'theirs.json'}\n")
+        fake.chmod(0o755)
+        out = tmp_path / "report.json"
+        assert A.main(["--authors-dir", str(tmp_path), "--authors-python", str(fake),
+                       "--data-dir", str(data_dir), "--out", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    rep = check(theirs)
+    assert (rep["users"], rep["valid_items_differ"], rep["test_items_differ"],
+            rep["valid_negatives_differ"], rep["test_negatives_differ"]) == (943, 0, 0, 0, 0)
+    theirs["test"]["5"][3] = 0
+    theirs["valid"]["9"][0] = 0
+    rep = check(theirs)
+    assert (rep["valid_items_differ"], rep["test_items_differ"], rep["test_negatives_differ"]) == (1, 0, 1)

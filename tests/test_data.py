@@ -51,6 +51,58 @@ def test_eval_negatives_never_interacted_and_disjoint():
         assert not set(nv[u]) & set(nt[u])
 
 
+def _authors_negatives(rows, n_neg, seed):
+    """The PFedRec/GPFedRec/UFGraphFR data.py draw, written out plainly: re-index raw users and
+    items by first appearance, random.seed(seed), then per user (in that order)
+    random.sample(sorted(item_pool - interacted), 2 * n_neg); returns raw ids per raw user."""
+    import random
+
+    uidx, iidx = {}, {}
+    for u, i in rows:
+        uidx.setdefault(u, len(uidx))
+        iidx.setdefault(i, len(iidx))
+    raw_item = {v: k for k, v in iidx.items()}
+    inter = {}
+    for u, i in rows:
+        inter.setdefault(uidx[u], set()).add(iidx[i])
+    random.seed(seed)
+    pool = set(iidx.values())
+    out = {}
+    for u_raw, u in sorted(uidx.items(), key=lambda kv: kv[1]):
+        out[u_raw] = [raw_item[i] for i in random.sample(sorted(pool - inter[u]), 2 * n_neg)]
+    return out
+
+
+def test_python_random_negatives_equal_the_authors_procedure():
+    g = np.random.default_rng(5)
+    # raw ids deliberately out of order: users 7, 3, 9; items appear in a shuffled order
+    users = np.array([7] * 6 + [3] * 5 + [9] * 7)
+    items = g.permutation(np.r_[np.arange(40, 58)])[:18] % 23 + 100
+    rows = list(zip(users.tolist(), items.tolist()))
+    uids, u = np.unique(users, return_inverse=True)
+    iids, i = np.unique(items, return_inverse=True)
+    nv, nt = S.sample_eval_negatives_python(u, i, len(uids), len(iids), 2, True, seed=0)
+    ref = _authors_negatives(rows, 2, seed=0)
+    for k, raw_u in enumerate(uids.tolist()):
+        assert iids[np.r_[nv[k], nt[k]]].tolist() == ref[raw_u]
+    # first appearance, by hand: ids [5, 2, 5, 0] over n = 6 -> order 5, 2, 0, then unseen 1, 3, 4
+    assert S.first_appearance_rank(np.array([5, 2, 5, 0]), 6).tolist() == [2, 3, 1, 4, 5, 0]
+
+
+def test_gpfedrec_csv_option_needs_its_file_and_keys_the_cache(tmp_path, monkeypatch):
+    from corolla.data.federation import data_key
+
+    monkeypatch.setenv("COROLLA_OFFLINE", "1")
+    monkeypatch.setenv("COROLLA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("COROLLA_DATA", raising=False)
+    cfg = resolve(None, {"ml100k-file": "gpfedrec-csv"})
+    with pytest.raises(DatasetFileError) as e:
+        build_federation(cfg, tmp_path, use_cache=False)
+    assert "ml-100k-gpfedrec/ratings.dat" in str(e.value) and "Zhangcx19/GPFedRec" in str(e.value)
+    base = resolve(None, {})
+    assert len({data_key(base), data_key(cfg), data_key(resolve(None, {"eval-neg-sampler": "python-random"}))}) == 3
+
+
 def test_blocks_partition_fedcia_sizes():
     parts = P.partition_blocks(943, 100)
     assert [len(p) for p in parts[:99]] == [9] * 99 and len(parts[99]) == 52

@@ -22,9 +22,10 @@ from corolla.data import loaders, partition, splits
 from corolla.data.sources import FILES, default_cache
 from corolla.util import atomic_save_npz, load_npz, rng, stable_seed
 
-PREP_VERSION = 3
+PREP_VERSION = 4
 DATA_KEYS = ("dataset", "rating-threshold", "min-user-interactions", "split", "split-ratios",
-             "eval-negatives", "eval-neg-pool", "partition", "num-clients", "protocol", "seed")
+             "eval-negatives", "eval-neg-pool", "eval-neg-sampler", "ml100k-file", "partition", "num-clients",
+             "protocol", "seed")
 
 
 def _csr(user: np.ndarray, item: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,7 +92,7 @@ class Federation:
 def source_checksums(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     """The checksums of the files a run's federation is built from (every file is verified
     against them when it is read, so they identify the content)."""
-    names = loaders.INTERACTION_FILES["fedcia-split" if cfg["split"] == "fedcia" else cfg["dataset"]]
+    names = loaders.INTERACTION_FILES["fedcia-split" if cfg["split"] == "fedcia" else loaders.source_name(cfg)]
     return [(n, FILES[n].sha256 or FILES[n].git_blob or "") for n in names]
 
 
@@ -137,7 +138,7 @@ def _build(cfg: dict[str, Any], data_dir: str | None) -> Federation:
     elif cfg["split"] == "given":
         inter, labels = loaders.load_gowalla(data_dir)
     else:
-        inter = loaders.LOADERS[ds](data_dir)
+        inter = loaders.load(cfg, data_dir)
         labels = None
     if labels is None:
         inter = filter_and_check(inter, cfg)
@@ -182,9 +183,14 @@ def _build(cfg: dict[str, Any], data_dir: str | None) -> Federation:
 
     neg_valid = neg_test = None
     if cfg["protocol"] == "loo":
-        neg_valid, neg_test = splits.sample_eval_negatives(
-            inter.user, inter.item, n_users, n_items, cfg["eval-negatives"],
-            cfg["eval-neg-pool"] == "disjoint", rng(seed, ds, "eval-negatives"))
+        if cfg["eval-neg-sampler"] == "python-random":
+            neg_valid, neg_test = splits.sample_eval_negatives_python(
+                inter.user, inter.item, n_users, n_items, cfg["eval-negatives"],
+                cfg["eval-neg-pool"] == "disjoint", seed)
+        else:
+            neg_valid, neg_test = splits.sample_eval_negatives(
+                inter.user, inter.item, n_users, n_items, cfg["eval-negatives"],
+                cfg["eval-neg-pool"] == "disjoint", rng(seed, ds, "eval-negatives"))
     stats["clients"] = len(clients)
     raw = np.asarray(inter.user_ids)
     return Federation(n_users, n_items, indptr, indices, clients, neg_valid, neg_test, item_owner, stats,

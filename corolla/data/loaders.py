@@ -69,6 +69,15 @@ def load_ml100k(data_dir=None) -> Interactions:
     return _densify(a[:, 0], a[:, 1], a[:, 2], a[:, 3], item_universe=np.arange(1, 1683))
 
 
+def load_ml100k_gpfedrec_csv(data_dir=None) -> Interactions:
+    """ML-100K as the GPFedRec / PFedRec / UFGraphFR repositories ship it (``data/100k/ratings.dat``,
+    ``uid,iid,rating,timestamp``, rows grouped by user in an order of their own): the same ratings
+    as u.data, kept in this file's order, which decides leave-one-out's timestamp ties."""
+    rows = _num_rows(locate("ml-100k-gpfedrec/ratings.dat", data_dir), ",", cols=4)
+    a = np.array([[int(x) for x in r[:4]] for r in rows], dtype=np.int64)
+    return _densify(a[:, 0], a[:, 1], a[:, 2], a[:, 3], item_universe=np.arange(1, 1683))
+
+
 def load_ml1m(data_dir=None) -> Interactions:
     rows = _num_rows(locate("ml-1m/ratings.dat", data_dir), "::")
     a = np.array([[int(x) for x in r[:4]] for r in rows], dtype=np.int64)
@@ -140,15 +149,31 @@ def load_fedcia_split(data_dir=None) -> tuple[Interactions, np.ndarray, np.ndarr
 
 LOADERS = {
     "ml-100k": load_ml100k,
+    "ml-100k-gpfedrec": load_ml100k_gpfedrec_csv,
     "ml-1m": load_ml1m,
     "lastfm-2k": load_lastfm,
     "filmtrust": load_filmtrust,
     "amazon-video": load_amazon_video,
 }
 
+
+
+def source_name(cfg) -> str:
+    """The key of :data:`LOADERS` / :data:`INTERACTION_FILES` for the run's dataset and file options."""
+    if cfg["dataset"] == "ml-100k" and cfg.get("ml100k-file", "u.data") == "gpfedrec-csv":
+        return "ml-100k-gpfedrec"
+    return cfg["dataset"]
+
+
+def load(cfg, data_dir=None) -> Interactions:
+    """The run's interactions in file order (``dataset`` and ``ml100k-file``)."""
+    return LOADERS[source_name(cfg)](data_dir)
+
+
 # the files each dataset's interactions come from (keys of ``corolla.data.sources.FILES``)
 INTERACTION_FILES = {
     "ml-100k": ("ml-100k/u.data",),
+    "ml-100k-gpfedrec": ("ml-100k-gpfedrec/ratings.dat",),
     "ml-1m": ("ml-1m/ratings.dat",),
     "lastfm-2k": ("hetrec2011-lastfm-2k/user_artists.dat",),
     "filmtrust": ("filmtrust/ratings.txt",),

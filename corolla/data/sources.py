@@ -40,12 +40,15 @@ LASTFM_ZIP = "https://files.grouplens.org/datasets/hetrec2011/hetrec2011-lastfm-
 FILMTRUST_ZIP = "https://guoguibing.github.io/librec/datasets/filmtrust.zip"
 LIGHTGCN_RAW = "https://raw.githubusercontent.com/kuandeng/LightGCN/b067ec05f16a24e0e1efe63cd82385f0c469af20/Data"
 PFEDREC_RAW = "https://raw.githubusercontent.com/Zhangcx19/IJCAI-23-PFedRec/abc23809b9bca8f4f09fab5311ae4a63ed6159d2/data"
+GPFEDREC_RAW = "https://raw.githubusercontent.com/Zhangcx19/GPFedRec/edb66e16ec0a399fe330eb30b83eba6c158e361f/data"
 FEDCIA_RAW = "https://raw.githubusercontent.com/Mingzhe-Han/FedCIA/bbc4224a5fdb5953f76f1ee5aac0bf39fe41bd22/datasets/ml100k_100"
 
 FILES: dict[str, FileSpec] = {f.name: f for f in [
     FileSpec("ml-100k/u.data", "06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490", url=ML100K_ZIP, member="ml-100k/u.data"),
     FileSpec("ml-100k/u.user", "f120e114da2e8cf314fd28f99417c94ae9ddf1cb6db8ce0e4b5995d40e90e62c", url=ML100K_ZIP, member="ml-100k/u.user"),
     FileSpec("ml-100k/u.item", "553841ebc7de3a0fd0d6b62a204ea30c1e651aacfb2814c7a6584ac52f2c5701", url=ML100K_ZIP, member="ml-100k/u.item"),
+    # the same blob (git c099b8e3) is data/100k/ratings.dat in GPFedRec, PFedRec and UFGraphFR
+    FileSpec("ml-100k-gpfedrec/ratings.dat", "807b9ab64929525bfeac2a9045cf91df7017239b301fee472e4b47a69b6d6daf", url=f"{GPFEDREC_RAW}/100k/ratings.dat"),
     FileSpec("ml-1m/ratings.dat", git_blob="77a7c4b150f588c23bb9e1f068aa996c0b413695", url=ML1M_ZIP, member="ml-1m/ratings.dat"),
     FileSpec("ml-1m/users.dat", "1dc3a95300cb19f7c10e027daf29b8cdf1d908dab65b5edfb45950aa389a10a3", url=ML1M_ZIP, member="ml-1m/users.dat"),
     FileSpec("ml-1m/movies.dat", "0140fc2356357c1a851d0f52e893a1e4d3696df632c4141cea8d5bc3d621f0b9", url=ML1M_ZIP, member="ml-1m/movies.dat"),

@@ -10,7 +10,9 @@ Split labels: 0 = train, 1 = valid, 2 = test.
   interactions gets ``max(1, int(f_test*n))`` test items and, if at least two remain,
   ``max(1, int(f_valid*n))`` validation items (the LPSFed / Dist-FedAvg style).
 * evaluation negatives for ``loo``: drawn once per user without replacement from the items the
-  user never interacted with (any split), ``sorted`` pool as in the UFGraphFR code.
+  user never interacted with (any split): by a numpy generator (:func:`sample_eval_negatives`),
+  or exactly as the PFedRec / GPFedRec / UFGraphFR ``data.py`` draws them
+  (:func:`sample_eval_negatives_python`).
 """
 
 from __future__ import annotations
@@ -115,6 +117,47 @@ def sample_eval_negatives(user: np.ndarray, item: np.ndarray, n_users: int, n_it
         if len(pool) < need:
             raise ValueError(f"user {u} has only {len(pool)} uninteracted items; eval-negatives needs {need}")
         out[u] = rng.choice(pool, size=need, replace=False)
+    if disjoint:
+        return out[:, :n_neg], out[:, n_neg:]
+    return out, out
+
+
+def first_appearance_rank(ids: np.ndarray, n: int) -> np.ndarray:
+    """rank[x] = position of id x among the distinct ids in order of first appearance (ids never
+    seen get ranks after all seen ones, in id order): pandas' ``drop_duplicates`` re-indexing."""
+    _, first = np.unique(ids, return_index=True)
+    seen = np.unique(ids)
+    order = np.r_[seen[np.argsort(first, kind="stable")], np.setdiff1d(np.arange(n), seen)]
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    return rank
+
+
+def sample_eval_negatives_python(user: np.ndarray, item: np.ndarray, n_users: int, n_items: int,
+                                 n_neg: int, disjoint: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The PFedRec / GPFedRec / UFGraphFR ``data.py`` draw (``_sample_negative``): the code re-indexes
+    users and items by first appearance in the file, calls ``random.seed(0)`` and then, for each
+    user in that order, ``random.sample(sorted(item_pool - interacted), 2·n_neg)`` (first half
+    validation, second half test). ``user``/``item`` in file order; ``seed`` plays ``0``.
+    Returns (neg_valid, neg_test) in this module's dense ids.
+    """
+    import random
+
+    need = 2 * n_neg if disjoint else n_neg
+    u_rank = first_appearance_rank(user, n_users)
+    i_rank = first_appearance_rank(item, n_items)
+    by_rank = np.argsort(i_rank)              # dense item id at each first-appearance position
+    seen = [set() for _ in range(n_users)]
+    for u, i in zip(user.tolist(), i_rank[item].tolist()):
+        seen[u].add(i)
+    present = set(np.unique(i_rank[item]).tolist())   # the code's item_pool: items that occur
+    gen = random.Random(seed)
+    out = np.empty((n_users, need), np.int64)
+    for u in np.argsort(u_rank).tolist():
+        pool = sorted(present - seen[u])
+        if len(pool) < need:
+            raise ValueError(f"user {u} has only {len(pool)} uninteracted items; eval-negatives needs {need}")
+        out[u] = by_rank[gen.sample(pool, need)]
     if disjoint:
         return out[:, :n_neg], out[:, n_neg:]
     return out, out
