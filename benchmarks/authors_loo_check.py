@@ -1,6 +1,6 @@
 """Check that our leave-one-out data equals the one-user codes' (GPFedRec / PFedRec / UFGraphFR).
 
-Runs the authors' ``data.py`` (``SampleGenerator`` on ``data/100k/ratings.dat``) in *their* Python
+Runs the authors' ``data.py`` (``SampleGenerator`` on ``--authors-ratings``) in *their* Python
 environment, maps its re-indexed users and items back to raw MovieLens ids, and compares, user by
 user, the validation and test items and the 99 + 99 evaluation negatives with
 ``corolla.data.federation.build_federation`` under the given ``--set`` options. Prints and
@@ -28,7 +28,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np, pandas as pd
 from data import SampleGenerator   # seeds Python's random with 0 at import, as train.py does
-rating = pd.read_csv(sys.argv[1] + '/data/100k/ratings.dat', sep=',', header=None,
+rating = pd.read_csv(sys.argv[1] + '/' + sys.argv[2], sep=',', header=None,
                      names=['uid', 'mid', 'rating', 'timestamp'], engine='python')
 user_id = rating[['uid']].drop_duplicates().reindex(); user_id['userId'] = np.arange(len(user_id))
 rating = pd.merge(rating, user_id, on=['uid'], how='left')
@@ -54,12 +54,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--authors-dir", required=True, help="a checkout of GPFedRec, PFedRec or UFGraphFR")
     ap.add_argument("--authors-python", required=True, help="a Python with pandas and torch for their data.py")
+    ap.add_argument("--authors-ratings", default="data/100k/ratings.dat",
+                    help="the ratings file inside --authors-dir (PFedRec: data/ml-100k/ratings.dat)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--preset", default="gpfedrec-ml100k")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    res = subprocess.run([a.authors_python, "-c", AUTHORS_SNIPPET, str(Path(a.authors_dir).resolve())],
+    res = subprocess.run([a.authors_python, "-c", AUTHORS_SNIPPET, str(Path(a.authors_dir).resolve()),
+                          a.authors_ratings],
                          capture_output=True, text=True, cwd=a.authors_dir)
     if res.returncode != 0:
         raise SystemExit(f"the authors' data.py failed:\n{res.stderr[-2000:]}")

@@ -349,6 +349,9 @@ def validate(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"config key 'select-metric': K={k} is not in topk={cfg['topk']!r}")
     if cfg["split"] == "fedcia" and (cfg["dataset"] != "ml-100k" or cfg["partition"] not in ("fedcia", "user", "blocks", "random")):
         raise ConfigError("config key 'split': 'fedcia' is FedCIA's published ML-100K split; it needs dataset=ml-100k")
+    if cfg["ml100k-file"] != "u.data" and (cfg["dataset"] != "ml-100k" or cfg["split"] not in ("loo", "ratio")):
+        raise ConfigError(f"config key 'ml100k-file': {cfg['ml100k-file']!r} is another copy of ML-100K's ratings; it needs "
+                          f"dataset=ml-100k with split=loo or ratio, got dataset={cfg['dataset']!r}, split={cfg['split']!r}")
     if cfg["partition"] == "fedcia" and cfg["split"] != "fedcia":
         raise ConfigError("config key 'partition': 'fedcia' takes the clients of FedCIA's split file; it needs split=fedcia")
     if cfg["split"] == "given" and cfg["dataset"] != "gowalla":

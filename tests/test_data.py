@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corolla.config import resolve
+from corolla.config import ConfigError, resolve
 from corolla.data import DatasetFileError, build_federation, locate
 from corolla.data import partition as P
 from corolla.data import splits as S
@@ -99,6 +99,8 @@ def test_gpfedrec_csv_option_needs_its_file_and_keys_the_cache(tmp_path, monkeyp
     with pytest.raises(DatasetFileError) as e:
         build_federation(cfg, tmp_path, use_cache=False)
     assert "ml-100k-gpfedrec/ratings.dat" in str(e.value) and "Zhangcx19/GPFedRec" in str(e.value)
+    with pytest.raises(ConfigError, match="ml100k-file"):
+        resolve(None, {"ml100k-file": "gpfedrec-csv", "dataset": "filmtrust"})
     base = resolve(None, {})
     assert len({data_key(base), data_key(cfg), data_key(resolve(None, {"eval-neg-sampler": "python-random"}))}) == 3
 

@@ -157,7 +157,6 @@ LOADERS = {
 }
 
 
-
 def source_name(cfg) -> str:
     """The key of :data:`LOADERS` / :data:`INTERACTION_FILES` for the run's dataset and file options."""
     if cfg["dataset"] == "ml-100k" and cfg.get("ml100k-file", "u.data") == "gpfedrec-csv":
