@@ -11,7 +11,7 @@ from corolla.config import ConfigError, resolve
 from corolla.data import DatasetFileError, build_federation, locate
 from corolla.data import partition as P
 from corolla.data import splits as S
-from corolla.data.loaders import Interactions
+from corolla.data.loaders import Interactions, first_appearance_rank
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def test_python_random_negatives_equal_the_authors_procedure():
     for k, raw_u in enumerate(uids.tolist()):
         assert iids[np.r_[nv[k], nt[k]]].tolist() == ref[raw_u]
     # first appearance, by hand: ids [5, 2, 5, 0] over n = 6 -> order 5, 2, 0, then unseen 1, 3, 4
-    assert S.first_appearance_rank(np.array([5, 2, 5, 0]), 6).tolist() == [2, 3, 1, 4, 5, 0]
+    assert first_appearance_rank(np.array([5, 2, 5, 0]), 6).tolist() == [2, 3, 1, 4, 5, 0]
 
 
 def test_gpfedrec_csv_option_needs_its_file_and_keys_the_cache(tmp_path, monkeypatch):

@@ -48,6 +48,17 @@ def _densify(raw_user, raw_item, rating, ts, item_universe=None) -> Interactions
                         np.asarray(rating, np.float32), np.asarray(ts, np.int64), user_ids, item_ids)
 
 
+def first_appearance_rank(ids: np.ndarray, n: int) -> np.ndarray:
+    """rank[x] = position of id x among the distinct ids in order of first appearance (ids never
+    seen get ranks after all seen ones, in id order): pandas' ``drop_duplicates`` re-indexing."""
+    _, first = np.unique(ids, return_index=True)
+    seen = np.unique(ids)
+    order = np.r_[seen[np.argsort(first, kind="stable")], np.setdiff1d(np.arange(n), seen)]
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    return rank
+
+
 def _read_table(path, sep: str, skip: int = 0, encoding: str = "ascii") -> list[list[str]]:
     with open(path, encoding=encoding) as fh:
         lines = fh.read().splitlines()[skip:]
@@ -98,10 +109,7 @@ def load_filmtrust(data_dir=None) -> Interactions:
     rows = _num_rows(locate("filmtrust/ratings.txt", data_dir), " ", cols=3)
     a = np.array([[float(x) for x in r[:3]] for r in rows])
     items = a[:, 1].astype(np.int64)
-    _, first = np.unique(items, return_index=True)
-    order = np.empty(items.max() + 1, np.int64)
-    order[np.unique(items)] = np.argsort(np.argsort(first))
-    return _densify(a[:, 0].astype(np.int64), items, a[:, 2], order[items])
+    return _densify(a[:, 0].astype(np.int64), items, a[:, 2], first_appearance_rank(items, items.max() + 1)[items])
 
 
 def load_amazon_video(data_dir=None) -> Interactions:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corolla.data.loaders import Interactions
+from corolla.data.loaders import Interactions, first_appearance_rank
 
 TRAIN, VALID, TEST = 0, 1, 2
 
@@ -120,17 +120,6 @@ def sample_eval_negatives(user: np.ndarray, item: np.ndarray, n_users: int, n_it
     if disjoint:
         return out[:, :n_neg], out[:, n_neg:]
     return out, out
-
-
-def first_appearance_rank(ids: np.ndarray, n: int) -> np.ndarray:
-    """rank[x] = position of id x among the distinct ids in order of first appearance (ids never
-    seen get ranks after all seen ones, in id order): pandas' ``drop_duplicates`` re-indexing."""
-    _, first = np.unique(ids, return_index=True)
-    seen = np.unique(ids)
-    order = np.r_[seen[np.argsort(first, kind="stable")], np.setdiff1d(np.arange(n), seen)]
-    rank = np.empty(n, np.int64)
-    rank[order] = np.arange(n)
-    return rank
 
 
 def sample_eval_negatives_python(user: np.ndarray, item: np.ndarray, n_users: int, n_items: int,
