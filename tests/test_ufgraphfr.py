@@ -242,3 +242,66 @@ def test_gpfedrec_sends_global_and_personal_tables(tmp_path, data_dir):
     table = 1597 * 32 * 4 + 128
     assert r[0]["phases"][0]["bytes_up"] == 54 * table
     assert r[1]["phases"][0]["bytes_down"] == 2 * table + 54 * table    # global once per node + r_u each
+
+
+def _gpfedrec_rounds_written_out(cfg, fed, clients, rounds, data_dir, target_from_graph=True):
+    """GPFedRec's rounds as the authors' engine.py writes them, one user at a time with nn.Modules
+    and torch.optim.SGD (``UF.train_one``): every client starts from the global table (round 1: the
+    shared initial model), is regularised towards its r_u (round 1: the initial table), and the
+    server builds the threshold graph over the uploaded tables, R = A E, global = mean of R."""
+    from client_app.oneuser import round_samples
+
+    init = UF.shared_init("gpfedrec", fed.n_items, cfg["text-dim"], cfg["seed"])
+    lrs = UF.learning_rates(cfg["lr"], cfg["lr-eta"], fed.n_items)
+    states, glob, pers = [dict(init) for _ in clients], None, {}
+    for rnd in range(1, rounds + 1):
+        samples, perms = round_samples(clients, rnd)
+        new = []
+        for j in range(len(clients)):
+            m = UF.build("gpfedrec", fed.n_items)
+            UF.set_params(m, {**states[j], **({"item.weight": glob} if glob is not None else {})})
+            target = pers.get(j, init["item.weight"]) if target_from_graph else init["item.weight"]
+            UF.train_one(m, None, torch.as_tensor(target), samples[j], perms[j], None, cfg["batch-size"], lrs,
+                         cfg["item-reg"], 0.0)
+            new.append(UF.get_params(m))
+        states = new
+        e = np.stack([st["item.weight"].reshape(-1) for st in states])
+        r = graph.propagate(graph.build_graph(e, "reference", 0, 1.0), e)
+        glob = r.mean(0).reshape(fed.n_items, 32)
+        pers = {j: r[j].reshape(fed.n_items, 32) for j in range(len(clients))}
+    return states, glob
+
+
+def test_gpfedrec_federation_equals_its_rounds_written_out(tmp_path, data_dir):
+    """Two rounds over 2 nodes (state on the nodes, tables through the strategy) give every
+    client the parameters of the authors' algorithm run one user at a time; regularising towards
+    the initial table instead of r_u (a lost personal download) is told apart."""
+    from client_app.ufgraphfr import GraphClient
+    from corolla.config import resolve
+    from corolla.data import build_federation
+    from corolla.state import StateStore
+
+    s, _ = _run(tmp_path, "gp2", data_dir, 2, preset="gpfedrec-ml100k")
+    assert s["status"] == "completed"
+    cfg = resolve("gpfedrec-ml100k", {"num-rounds": 2, "min-user-interactions": 300})
+    fed = build_federation(cfg, data_dir)
+    clients = [GraphClient(cfg, fed, c, fed.clients[c], torch.device("cpu"), data_dir) for c in range(len(fed.clients))]
+    want, glob = _gpfedrec_rounds_written_out(cfg, fed, clients, 2, data_dir)
+    store = StateStore(tmp_path / "gp2" / "node-state",
+                       json.loads((tmp_path / "gp2" / "config.json").read_text())["run_key"])
+    got = []
+    for c in clients:
+        rnd, arrays = store.load(c.cid, 2)
+        assert rnd == 2
+        got.append(arrays)
+    # float32 in another summation order, 2 rounds × ≤ 6 steps of the item table's lr
+    # (0.1·M·80 ≈ 1.3e4) on row gradients below 1e-3 (BCE through the head / 256 rows, plus the
+    # regulariser's 2(Q − r)/(M·32)); the longest reduction is the 64-wide layer
+    atol = f32_train_atol(12, UF.learning_rates(0.1, 80.0, fed.n_items)["item"], 64, grad_scale=1e-3)
+    for j, c in enumerate(clients):
+        for k, v in want[j].items():
+            np.testing.assert_allclose(got[j][k], v, rtol=0, atol=atol, err_msg=f"client {c.cid} {k}")
+    ck = np.load(tmp_path / "gp2" / "checkpoint.npz")
+    np.testing.assert_allclose(ck["global"], glob, rtol=0, atol=atol)
+    wrong, _ = _gpfedrec_rounds_written_out(cfg, fed, clients, 2, data_dir, target_from_graph=False)
+    assert_far_beyond(max(max_abs_diff(w, g) for w, g in zip(wrong, got)), atol, what="target = initial table")
