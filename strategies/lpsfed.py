@@ -156,6 +156,11 @@ class LPSFed(CorollaStrategy):
             out[f"rho/{c}"] = float(rho[j])
             out[f"rho-bar/{c}"] = float(rbar[j])
             out[f"margin/{c}"] = float(margins[j])
+            m = results[c].metrics
+            if m.get("eig-s"):          # the eigen-decomposition's one-time cost (0 once cached on the node)
+                out[f"eig-s/{c}"] = float(m["eig-s"])
+            if "peak-rss-mb" in m:      # peak resident memory of the process that trained c
+                out[f"peak-rss-mb/{c}"] = float(m["peak-rss-mb"])
         return out
 
     # -------------------------------------------------------------- checkpoint

@@ -147,6 +147,8 @@ def test_lpsfed_sends_only_mlps_and_scalars_and_is_node_invariant(tmp_path, data
     assert set(a["per_client_metrics"]) == {"0", "1", "2", "3"}
     assert a["metrics_unweighted_mean"]["recall@20"] == pytest.approx(
         np.mean([m["recall@20"] for m in a["per_client_metrics"].values()]))
+    assert all(ra[0]["train"][f"peak-rss-mb/{c}"] > 0 for c in range(4))   # memory per client's process
+    assert all(v > 0 for k, v in ra[0]["train"].items() if k.startswith("eig-s/"))   # absent once cached
     sp = a["data"]["spectral"]
     assert sp["edges_kept"] + sp["edges_dropped"] == sp["edges"] and len(sp["users_per_client"]) == 4
     # what crosses the network: the MLPs, ρ_c and M_c; never embeddings, kernels, bases or bias tables
