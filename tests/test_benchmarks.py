@@ -207,3 +207,38 @@ def test_authors_loo_check_maps_ids_and_counts_differences(tmp_path, data_dir):
     theirs["valid"]["9"][0] = 0
     rep = check(theirs)
     assert (rep["valid_items_differ"], rep["test_items_differ"], rep["test_negatives_differ"]) == (1, 0, 1)
+
+
+def test_gpfedrec_engine_check_maps_every_parameter_and_refuses_a_wrong_checkout(tmp_path, capsys):
+    """The authors' engine check (it needs their checkout, so it runs as a benchmark): its name map
+    covers our GPFedRec model's parameters one to one, and a directory that is not a GPFedRec
+    checkout is refused with the option named."""
+    import pytest
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpfedrec_engine_check as E
+
+    from corolla.models import ufgraphfr as UF
+
+    ours = {k: tuple(v.shape) for k, v in UF.build("gpfedrec", 7).named_parameters()}
+    assert sorted(E.A2C.values()) == sorted(ours) and len(set(E.A2C)) == len(ours)
+    assert ours["item.weight"] == (7, E.CONFIG["latent_dim"]) and ours["fc.0.weight"] == (32, 2 * E.CONFIG["latent_dim"])
+    with pytest.raises(SystemExit):
+        E.main(["--authors-dir", str(tmp_path)])
+    assert "--authors-dir" in capsys.readouterr().err
+
+
+def test_lgcn_eigen_cost_covers_every_client(tmp_path, data_dir):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import lgcn_eigen_cost as L
+
+    out = tmp_path / "eig.json"
+    assert L.main(["--data-dir", str(data_dir), "--preset", "lpsfed-ml100k", "--set", "lgcn-phi=16",
+                   "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    from corolla.config import resolve
+    from corolla.data import build_federation
+
+    sp = build_federation(resolve("lpsfed-ml100k"), data_dir).stats["spectral"]
+    assert [c["edges"] for c in rep["clients"]] == list(sp["edges_per_client"])
+    assert all(c["phi"] == 16 and c["eig_s"] > 0 and c["peak_rss_mb"] > 0 for c in rep["clients"])
