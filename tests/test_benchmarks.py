@@ -226,6 +226,11 @@ def test_gpfedrec_engine_check_maps_every_parameter_and_refuses_a_wrong_checkout
     with pytest.raises(SystemExit):
         E.main(["--authors-dir", str(tmp_path)])
     assert "--authors-dir" in capsys.readouterr().err
+    import gpfedrec_authors_from_init as F
+
+    with pytest.raises(SystemExit):
+        F.main(["--authors-dir", str(tmp_path), "--init-seed", "3"])
+    assert "--authors-dir" in capsys.readouterr().err
 
 
 def test_lgcn_eigen_cost_covers_every_client(tmp_path, data_dir):
