@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpfedrec_engine_check import A2C, CONFIG  # noqa: E402
+from gpfedrec_engine_check import CONFIG, authors_ratings, enter_checkout, load_corolla_init  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -32,34 +30,16 @@ def main(argv=None) -> int:
     ap.add_argument("--init-seed", type=int, required=True, help="Corolla's seed whose initial model to start from")
     ap.add_argument("--rounds", type=int, default=100)
     args = ap.parse_args(argv)
-    authors = Path(args.authors_dir).resolve()
-    if not (authors / "engine.py").is_file() or not (authors / "data/100k/ratings.dat").is_file():
-        ap.error(f"--authors-dir {authors}: expected a GPFedRec checkout with engine.py and data/100k/ratings.dat")
-    sys.path[:0] = [str(authors), str(ROOT)]
-    os.chdir(authors)
+    enter_checkout(ap, args.authors_dir)
 
-    import numpy as np
-    import pandas as pd
     import torch
     from data import SampleGenerator   # noqa: E402  (seeds Python's random with 0, as train.py)
     from mlp import MLPEngine          # noqa: E402
 
-    from corolla.models import ufgraphfr as UF
-
     torch.set_num_threads(1)
     eng = MLPEngine(dict(CONFIG, num_round=args.rounds))
-    c2a = {v: k for k, v in A2C.items()}
-    start = UF.shared_init("gpfedrec", CONFIG["num_items"], 384, args.init_seed)
-    eng.model.load_state_dict({c2a[k]: torch.as_tensor(v) for k, v in start.items()})
-    rating = pd.read_csv("data/100k/ratings.dat", sep=",", header=None,
-                         names=["uid", "mid", "rating", "timestamp"], engine="python")
-    user_id = rating[["uid"]].drop_duplicates().reindex()
-    user_id["userId"] = np.arange(len(user_id))
-    rating = pd.merge(rating, user_id, on=["uid"], how="left")
-    item_id = rating[["mid"]].drop_duplicates()
-    item_id["itemId"] = np.arange(len(item_id))
-    rating = pd.merge(rating, item_id, on=["mid"], how="left")[["userId", "itemId", "rating", "timestamp"]]
-    sg = SampleGenerator(ratings=rating)
+    load_corolla_init(eng, args.init_seed)
+    sg = SampleGenerator(ratings=authors_ratings())
     val, test = sg.validate_data, sg.test_data
     for rnd in range(args.rounds):
         t0 = time.perf_counter()

@@ -44,6 +44,42 @@ CONFIG = dict(alias="check", clients_sample_ratio=1.0, num_round=100, local_epoc
               use_cuda=False, device_id=0, model_dir="")
 
 
+def enter_checkout(ap: argparse.ArgumentParser, path: str) -> Path:
+    """Check that ``path`` is a GPFedRec checkout, put it (and Corolla) on sys.path and cd into it
+    (their modules read relative paths)."""
+    authors = Path(path).resolve()
+    if not (authors / "engine.py").is_file() or not (authors / "data/100k/ratings.dat").is_file():
+        ap.error(f"--authors-dir {authors}: expected a GPFedRec checkout with engine.py and data/100k/ratings.dat")
+    sys.path[:0] = [str(authors), str(ROOT)]
+    os.chdir(authors)
+    return authors
+
+
+def authors_ratings():
+    """Their train.py's ML-100K frame: the CSV, users and items re-indexed in order of appearance."""
+    import pandas as pd
+
+    rating = pd.read_csv("data/100k/ratings.dat", sep=",", header=None,
+                         names=["uid", "mid", "rating", "timestamp"], engine="python")
+    user_id = rating[["uid"]].drop_duplicates().reindex()
+    user_id["userId"] = np.arange(len(user_id))
+    rating = pd.merge(rating, user_id, on=["uid"], how="left")
+    item_id = rating[["mid"]].drop_duplicates()
+    item_id["itemId"] = np.arange(len(item_id))
+    return pd.merge(rating, item_id, on=["mid"], how="left")[["userId", "itemId", "rating", "timestamp"]]
+
+
+def load_corolla_init(engine, seed: int) -> None:
+    """Replace the model of their ``MLPEngine`` by Corolla's initial GPFedRec model of ``seed``."""
+    import torch
+
+    from corolla.models import ufgraphfr as UF
+
+    c2a = {v: k for k, v in A2C.items()}
+    start = UF.shared_init("gpfedrec", CONFIG["num_items"], 384, seed)
+    engine.model.load_state_dict({c2a[k]: torch.as_tensor(v) for k, v in start.items()})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--authors-dir", required=True, help="a GPFedRec checkout (engine.py, mlp.py, data.py, utils.py)")
@@ -55,14 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-every", type=int, default=0, help="score both sides every N rounds (0: never)")
     ap.add_argument("--out", default=None, help="write the per-round records as JSON here")
     args = ap.parse_args(argv)
-    authors = Path(args.authors_dir).resolve()
-    if not (authors / "engine.py").is_file() or not (authors / "data/100k/ratings.dat").is_file():
-        ap.error(f"--authors-dir {authors}: expected a GPFedRec checkout with engine.py and data/100k/ratings.dat")
     out_path = Path(args.out).resolve() if args.out else None
-    sys.path[:0] = [str(authors), str(ROOT)]
-    os.chdir(authors)   # their modules read relative paths
+    authors = enter_checkout(ap, args.authors_dir)
 
-    import pandas as pd
     import torch
     from data import SampleGenerator           # noqa: E402  (seeds Python's random with 0, as train.py)
     from mlp import MLPEngine                  # noqa: E402
@@ -76,19 +107,9 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     eng = MLPEngine(dict(CONFIG))
     if args.corolla_init is not None:
-        c2a = {v: k for k, v in A2C.items()}
-        start = UF.shared_init("gpfedrec", CONFIG["num_items"], 384, args.corolla_init)
-        eng.model.load_state_dict({c2a[k]: torch.as_tensor(v) for k, v in start.items()})
+        load_corolla_init(eng, args.corolla_init)
     scorer = MLPEngine(dict(CONFIG)) if args.eval_every else None   # their evaluation, our parameters
-    rating = pd.read_csv("data/100k/ratings.dat", sep=",", header=None,
-                         names=["uid", "mid", "rating", "timestamp"], engine="python")
-    user_id = rating[["uid"]].drop_duplicates().reindex()
-    user_id["userId"] = np.arange(len(user_id))
-    rating = pd.merge(rating, user_id, on=["uid"], how="left")
-    item_id = rating[["mid"]].drop_duplicates()
-    item_id["itemId"] = np.arange(len(item_id))
-    rating = pd.merge(rating, item_id, on=["mid"], how="left")[["userId", "itemId", "rating", "timestamp"]]
-    sg = SampleGenerator(ratings=rating)
+    sg = SampleGenerator(ratings=authors_ratings())
     test_data = sg.test_data
     n_users, n_items = CONFIG["num_users"], CONFIG["num_items"]
     users = list(range(n_users))
