@@ -1,0 +1,113 @@
+"""Golden runs: every preset, 2 rounds in process, its metrics and byte counts.
+
+``tests/golden/presets.json`` was written by this module at a commit before the method-table
+redesign (issue 23); ``tests/test_golden.py`` reruns every line and requires the same metrics and
+bytes, so a refactoring that changes any preset's numbers cannot land unnoticed.
+
+Each preset runs with ``num-rounds=2 eval-every=1 patience=0`` on 2 in-process nodes; presets too
+large for a CI core are reduced by the overrides in :data:`REDUCE` (the same overrides before and
+after, so the comparison is exact). Presets whose dataset is not in the offline data directory
+(ML-1M's ratings) are listed with the reason instead of a result.
+
+    python -m tests.golden --data-dir ../shared/datasets            # rewrite the golden file
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden" / "presets.json"
+COMMON = "num-rounds=2 eval-every=1 patience=0"
+# presets sized for a GPU or for minutes of CPU per round: fewer clients, epochs or steps
+REDUCE = {
+    "fedcia-mf-ml100k": "local-epochs=1 finetune-steps=5",
+    "fedcia-hetero-arch-ml100k": "local-epochs=1 finetune-steps=5",
+    "fedcia-hetero-size-ml100k": "local-epochs=1 finetune-steps=5",
+    "fedcia-hetero-arch-ml100k-cpu": "local-epochs=1 finetune-steps=5",
+    "fedcia-hetero-size-ml100k-cpu": "local-epochs=1 finetune-steps=5",
+    "fedcia-mf-ml100k-cpu": "local-epochs=1 finetune-steps=5",
+    "fedcia-lightgcn-ml100k": "local-epochs=1 finetune-steps=5",
+    "fedcia-mf-ml100k-943": "local-epochs=1 finetune-steps=5",
+    "fedcia-mlp-ml100k-943": "local-epochs=1 finetune-steps=5",
+    "lpsfed-gowalla": "local-epochs=1 min-user-interactions=400",
+    "fedavg-lgcn-gowalla": "local-epochs=1 min-user-interactions=400",
+    "lpsfed-ml100k": "local-epochs=1",
+    "distfedavg-ml100k": "local-epochs=1",
+    "distfedavg-filmtrust": "local-epochs=1",
+    "distfedavg-lastfm2k": "local-epochs=1",
+    "fedmedian-ml100k": "local-epochs=1",
+}
+OFFLINE_MISSING = {"ml-1m": ("ml-1m", "ratings.dat")}
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "presets").glob("*.toml"))
+
+
+def _round_floats(x):
+    """Floats to 12 significant digits: what a refactoring must keep, without the last bits of
+    summation order that JSON would otherwise carry."""
+    if isinstance(x, float):
+        return float(f"{x:.12g}") if math.isfinite(x) else str(x)
+    if isinstance(x, dict):
+        return {k: _round_floats(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round_floats(v) for v in x]
+    return x
+
+
+def run_preset(name: str, data_dir: str, out: Path) -> dict:
+    """One golden line: the preset's 2-round in-process run (or why it cannot run offline)."""
+    sys.path.insert(0, str(ROOT))
+    from corolla.config import resolve
+    from server_app.app import run_federation
+    from strategies.inproc import InProcessTransport, partitions
+
+    overrides = f"{COMMON} {REDUCE.get(name, '')}".strip()
+    cfg = resolve(name)
+    need = OFFLINE_MISSING.get(cfg["dataset"])
+    if need and not Path(data_dir, *need).is_file():
+        return {"preset": name, "skipped": f"{'/'.join(need)} is not in the offline data directory"}
+    t = InProcessTransport(partitions(2, {"data-dir": data_dir}))
+    s = run_federation(t, {"preset": name, "set": overrides, "out-dir": str(out / name), "data-dir": data_dir})
+    rounds = [json.loads(x) for x in open(out / name / "rounds.jsonl")]
+    return _round_floats({
+        "preset": name, "set": overrides,
+        "metrics": s["metrics"], "valid_metrics": s.get("valid_metrics"),
+        "metrics_paper_compat": s.get("metrics_paper_compat"),
+        "bytes_up": s["bytes_up"], "bytes_down": s["bytes_down"],
+        "rounds": [{"round": r["round"], "metrics": r.get("metrics"), "valid": r.get("valid"),
+                    "phases": [{k: p[k] for k in ("name", "bytes_up", "bytes_down", "replies")}
+                               for p in r["phases"]]} for r in rounds],
+    })
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="write tests/golden/presets.json")
+    ap.add_argument("--data-dir", default=os.environ.get("COROLLA_DATA", str(ROOT.parent / "shared" / "datasets")))
+    ap.add_argument("--only", nargs="*", help="presets to (re)write; default all")
+    a = ap.parse_args()
+    os.environ.setdefault("COROLLA_OFFLINE", "1")
+    old = {d["preset"]: d for d in json.loads(GOLDEN.read_text())["presets"]} if GOLDEN.is_file() else {}
+    lines = dict(old)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["COROLLA_CACHE"] = str(Path(tmp) / "cache")
+        for name in (a.only or presets()):
+            t0 = time.perf_counter()
+            lines[name] = run_preset(name, a.data_dir, Path(tmp))
+            print(f"{name}: {time.perf_counter() - t0:.1f} s {lines[name].get('metrics', lines[name].get('skipped'))}",
+                  flush=True)
+    GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+    GOLDEN.write_text(json.dumps({"common": COMMON, "presets": [lines[k] for k in sorted(lines)]}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
