@@ -44,7 +44,7 @@ conf = {"phase": "handshake", "round": 0, "clients": "[]", "restore-round": 0, "
 rep = handle(RecordDict({"config": ConfigRecord(conf)}), {"partition-id": 0, "num-partitions": 2})
 t3 = time.perf_counter()
 from client_app import registry
-registry.client_class(cfg["method"], cfg["model"], cfg["harness"])   # the method's client module
+registry.client_class(cfg)   # the method's client module
 t4 = time.perf_counter()
 heavy = [m for m in %r if m in sys.modules]
 print(json.dumps({"import_flwr_s": t1 - t0, "import_app_s": t2 - t1, "load_s": t3 - t2,

@@ -45,7 +45,7 @@ CFG = ["split=loo", "partition=blocks", "protocol=loo", "dim=8", "loss=bpr", "tr
 def run(mode: str, k: int, nodes: int, data_dir: str, out: Path) -> list[dict]:
     d = out / f"{mode}-{k}"
     if not (d / "summary.json").is_file():
-        args = [sys.executable, "-m", "corolla.cli", "run", "--preset", "fedavg-mf-ml100k", "--mode", mode,
+        args = [sys.executable, "-m", "launcher.cli", "run", "--preset", "fedavg-mf-ml100k", "--mode", mode,
                 "--nodes", str(nodes), "--data-dir", data_dir, "--out", str(d)]
         for s in CFG + [f"num-clients={k}"]:
             args += ["--set", s]
@@ -60,7 +60,7 @@ def run_preset(preset: str, mode: str, nodes: int, rounds: int, data_dir: str, o
         from corolla.config import resolve
 
         n = min(rounds, resolve(preset)["num-rounds"])
-        args = [sys.executable, "-m", "corolla.cli", "run", "--preset", preset, "--mode", mode, "--nodes",
+        args = [sys.executable, "-m", "launcher.cli", "run", "--preset", preset, "--mode", mode, "--nodes",
                 str(nodes), "--data-dir", data_dir, "--out", str(d), "--set", f"num-rounds={n}"]
         t0 = time.perf_counter()
         subprocess.run(args, check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),

@@ -40,7 +40,7 @@ def main() -> None:
         d = Path(a.out) / f"{a.mode}-{k}"
         if not (d / "summary.json").is_file():
             part = ["partition=user"] if k == 943 else ["partition=blocks", f"num-clients={k}"]
-            args = [sys.executable, "-m", "corolla.cli", "run", "--preset", "fedcia-gfcf-ml100k", "--mode", a.mode,
+            args = [sys.executable, "-m", "launcher.cli", "run", "--preset", "fedcia-gfcf-ml100k", "--mode", a.mode,
                     "--nodes", str(a.nodes), "--data-dir", a.data_dir, "--out", str(d)]
             for s in part + [f"clients-per-message={a.clients_per_message}"]:
                 args += ["--set", s]

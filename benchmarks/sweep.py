@@ -53,7 +53,7 @@ def run_one(preset: str, overrides: list[str], args) -> dict:
         return json.loads(summary.read_text())
     if out.exists():
         shutil.rmtree(out)
-    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", preset, "--mode", args.mode,
+    cmd = [sys.executable, "-m", "launcher.cli", "run", "--preset", preset, "--mode", args.mode,
            "--nodes", str(args.nodes), "--data-dir", args.data_dir, "--out", str(out)]
     for o in overrides:
         cmd += ["--set", o]

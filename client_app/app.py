@@ -8,7 +8,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from client_app.base import NodeHost
+from client_app.host import NodeHost
 from corolla.protocol import dumps_per_client, pack, unpack
 
 app = ClientApp()

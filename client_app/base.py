@@ -1,36 +1,12 @@
-"""Client side base: the node host (logical clients on a node) and the logical-client base class.
-
-A node hosts the logical clients its node config selects:
-
-* ``partition-id`` / ``num-partitions``: contiguous blocks of the run's logical client ids
-  (``np.array_split(range(K), num_partitions)[partition-id]``);
-* ``clients = "0-9,15"``: an explicit list (ranges allowed);
-* ``clients = "auto"``: whatever the server assigns (contiguous blocks over the ``auto`` nodes it
-  knows, reassigned when one joins or leaves; ``docker compose up --scale supernode=N``). The
-  nodes should share ``state-dir`` so that a reassigned client's state moves with it;
-* ``data-file = PATH``: an *edge node* with one user and its own interactions
-  (``item,rating[,timestamp]`` per line); it hosts logical client ``client-id`` (node config,
-  default ``1000000 + crc32(path content) % 1000000``).
-
-Other node-config keys: ``data-dir``, ``state-dir`` (where per-client state persists across
-messages; default: the run's ``state-dir``), ``device`` (``auto``/``cpu``/``cuda[:N]``) and
-``threads`` (torch threads, default 1).
-
-Fault injection (for tests and chaos drills): ``fault-nan = "3,4"`` makes those logical clients
-upload NaN in their first payload array, ``fault-shape = "5"`` uploads it with one row missing.
+"""Client side base: the logical-client base class and a phase's result.
 
 A method's client side subclasses :class:`LogicalClient` and implements one method per phase
-(``phase_<name>``), each returning the payload to upload, metrics, and the new state.
+(``phase_<name>``), each returning the payload to upload, metrics, and the new state. The node
+that hosts logical clients is :class:`client_app.host.NodeHost`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import time
-import traceback
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +14,7 @@ import numpy as np
 
 from corolla import metrics as M
 from corolla.config import int_list
-from corolla.data import Federation, build_federation, edge_federation
-from corolla.state import StateStore, truncate
+from corolla.data import Federation
 
 
 @dataclass
@@ -128,168 +103,3 @@ class LogicalClient:
         for row in range(len(self.users)):
             out[f"top/{row}"] = top[row].tolist()
         return PhaseResult(metrics=out)
-
-
-def parse_id_list(text: str) -> list[int]:
-    """``"0-3,7"`` -> ``[0, 1, 2, 3, 7]``."""
-    out: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        a, sep, b = part.partition("-")
-        try:
-            out.extend(range(int(a), int(b) + 1) if sep else [int(a)])
-        except ValueError:
-            raise ValueError(f"node config: expected ids like '0-9,15', got {text!r}") from None
-    return out
-
-
-class NodeHost:
-    """Everything one node does for one message: find its logical clients, run the phase for each,
-    persist their state, build the reply (as plain dicts; Flower I/O is in ``client_app.app``)."""
-
-    def __init__(self, node_config: dict[str, Any], msg_config: dict[str, Any]):
-        self.node_config = dict(node_config)
-        self.cfg = json.loads(msg_config["cfg"])
-        self.run_key = str(msg_config["run-key"])
-        self.data_dir = self.node_config.get("data-dir") or msg_config.get("data-dir") or None
-        state_root = (self.node_config.get("state-dir") or msg_config.get("state-dir")
-                      or os.path.join(tempfile.gettempdir(), "corolla-state"))
-        self.store = StateStore(state_root, self.run_key)
-        self.threads = int(self.node_config.get("threads", 1))
-        self._device = None
-        self.edge_file = self.node_config.get("data-file")
-        if self.edge_file:
-            self.fed = edge_federation(self.edge_file, self.cfg, self.data_dir)
-            default = 1_000_000 + zlib.crc32(open(self.edge_file, "rb").read()) % 1_000_000
-            self.hosted = {int(self.node_config.get("client-id", default)): np.zeros(1, np.int64)}
-        else:
-            self.fed = build_federation(self.cfg, self.data_dir)
-            self.hosted = {c: self.fed.clients[c] for c in self.hosted_ids(self.fed.num_clients)}
-
-    @property
-    def auto(self) -> bool:
-        return str(self.node_config.get("clients", "")).strip() == "auto"
-
-    def hosted_ids(self, k: int) -> list[int]:
-        nc = self.node_config
-        if self.auto:   # the server assigns the clients; the node can serve any of them
-            return list(range(k))
-        if "clients" in nc:
-            ids = parse_id_list(nc["clients"])
-            bad = [c for c in ids if not 0 <= c < k]
-            if bad:
-                raise ValueError(f"node config 'clients': ids {bad} outside 0..{k - 1}")
-            return ids
-        if "partition-id" in nc and "num-partitions" in nc:
-            p, n = int(nc["partition-id"]), int(nc["num-partitions"])
-            if not 0 <= p < n:
-                raise ValueError(f"node config 'partition-id'={p}: expected 0..{n - 1}")
-            return [int(c) for c in np.array_split(np.arange(k), n)[p]]
-        raise ValueError("node config: expected 'partition-id' and 'num-partitions', 'clients' (ids, or 'auto' "
-                         "for clients assigned by the server), or 'data-file'")
-
-    @property
-    def device(self):
-        """The torch device of the node's clients; torch is imported (and held to ``threads``)
-        only when a client needs it, so that a message that needs none starts fast."""
-        if self._device is None:
-            import torch
-
-            torch.set_num_threads(self.threads)
-            dev = str(self.node_config.get("device", self.cfg.get("device", "auto")))
-            if dev == "auto":
-                dev = "cuda" if torch.cuda.is_available() else "cpu"
-            self._device = torch.device(dev)
-        return self._device
-
-    def client(self, cid: int) -> LogicalClient:
-        from client_app import registry
-
-        cls = registry.client_class(self.cfg["method"], self.cfg["model"], self.cfg.get("harness", "silo"))
-        return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device if cls.uses_torch else None,
-                   self.data_dir)
-
-    def _inject_fault(self, cid: int, res: PhaseResult) -> None:
-        if not res.payload:
-            return
-        first = sorted(res.payload)[0]
-        if cid in parse_id_list(self.node_config.get("fault-nan", "")):
-            res.payload[first] = np.full_like(res.payload[first], np.nan)
-        if cid in parse_id_list(self.node_config.get("fault-shape", "")):
-            res.payload[first] = res.payload[first][:-1]
-
-    def handshake(self, restore_round: int) -> dict[str, Any]:
-        truncate(self.store, list(self.hosted), restore_round)
-        hosted = {str(c): {"users": int(len(u)), "train": int(self.fed.count("train", u))}
-                  for c, u in self.hosted.items()}
-        if self.fed.item_owner is not None:   # subgraph clients: their own item universe
-            for c in self.hosted:
-                hosted[str(c)]["items"] = int((self.fed.item_owner == c).sum())
-        return {"hosted": json.dumps(hosted), "n-items": int(self.fed.n_items), "edge": bool(self.edge_file),
-                "auto": self.auto, "data-stats": json.dumps(self.fed.stats)}
-
-    def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
-                  personal: dict[int, dict[str, np.ndarray]]):
-        """:meth:`_run_phase` with numpy's BLAS held to the node's ``threads`` as torch is (several
-        nodes on one machine must not each start one BLAS thread per core)."""
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=self.threads):
-            return self._run_phase(phase, rnd, targets, shared, personal)
-
-    def _run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
-                   personal: dict[int, dict[str, np.ndarray]]):
-        """Run ``phase`` for every targeted hosted client; returns ``{cid: PhaseResult | str(error)}``.
-
-        If the method's client class defines ``batch_<phase>(clients, rnd, states, shared,
-        personals)`` the hosted clients run that phase together (batched tensors over the node's
-        users); should the batch fail, each client is run alone so that the failure is attributed
-        to the client that caused it.
-        """
-        targets = [c for c in targets if c in self.hosted]
-        out: dict[int, PhaseResult | str] = {}
-        from client_app import registry
-
-        cls = registry.client_class(self.cfg["method"], self.cfg["model"], self.cfg.get("harness", "silo"))
-        batch_fn = getattr(cls, f"batch_{phase}", None)
-        if batch_fn is not None and len(targets) > 1:
-            t0 = time.perf_counter()
-            try:
-                clients = [self.client(c) for c in targets]
-                loaded = [self.store.load(c, rnd) for c in targets]
-                states = [ld[1] if ld is not None else lc.init_state() for ld, lc in zip(loaded, clients)]
-                results = batch_fn(clients, rnd, states, shared, [personal.get(c, {}) for c in targets])
-                dt = (time.perf_counter() - t0) / len(targets)
-                for cid, st, ld, res in zip(targets, states, loaded, results):
-                    self._inject_fault(cid, res)
-                    if res.state is not None:
-                        self.store.save(cid, rnd, res.state)
-                    elif ld is None:
-                        self.store.save(cid, rnd, st)
-                    res.metrics["compute-s"] = dt
-                    out[cid] = res
-                return out
-            except Exception:
-                out = {}
-        for cid in targets:
-            t0 = time.perf_counter()
-            try:
-                lc = self.client(cid)
-                loaded = self.store.load(cid, rnd)
-                state = loaded[1] if loaded is not None else lc.init_state()
-                fn = getattr(lc, f"phase_{phase}", None)
-                if fn is None:
-                    raise ValueError(f"method '{self.cfg['method']}' has no client phase '{phase}'")
-                res = fn(rnd, state, shared, personal.get(cid, {}))
-                self._inject_fault(cid, res)
-                if res.state is not None:
-                    self.store.save(cid, rnd, res.state)
-                elif loaded is None:
-                    self.store.save(cid, rnd, state)
-                res.metrics["compute-s"] = time.perf_counter() - t0
-                out[cid] = res
-            except Exception:  # one failing logical client must not take the node down
-                out[cid] = traceback.format_exc(limit=6)
-        return out

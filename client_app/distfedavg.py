@@ -33,6 +33,7 @@ from torch.nn import functional as F
 
 from client_app.base import LogicalClient, PhaseResult
 from corolla import metrics as M
+from corolla.models.lightgcn import propagate as lightgcn
 from corolla.util import rng, stable_seed
 
 
@@ -156,28 +157,6 @@ def block_adjacency(graphs) -> tuple[torch.Tensor, list[tuple[int, int, int, int
     adj = torch.sparse_coo_tensor(np.vstack([r, c]), (dinv[r] * dinv[c]).astype(np.float32), (off, off),
                                   check_invariants=True).coalesce()
     return adj.to_sparse_csr(), blocks
-
-
-class _SymmetricMM(torch.autograd.Function):
-    """y = A x for a symmetric sparse A: the gradient is A g, no transpose needed."""
-
-    @staticmethod
-    def forward(ctx, a, x):
-        ctx.a = a
-        return a @ x
-
-    @staticmethod
-    def backward(ctx, g):
-        return None, ctx.a @ g
-
-
-def lightgcn(adj: torch.Tensor, x: torch.Tensor, layers: int) -> torch.Tensor:
-    """Mean over layers 0..K of D^-½ A D^-½ propagations (LightGCN)."""
-    acc, h = x, x
-    for _ in range(layers):
-        h = _SymmetricMM.apply(adj, h)
-        acc = acc + h
-    return acc / (layers + 1)
 
 
 def train_block(graphs, user_rows, item_rows, train_items, clients, rnd, cfg, dev):

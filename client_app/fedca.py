@@ -1,149 +1,37 @@
-"""FedCA's clients (FedCA spec B1–B4) and the per-user MF/NCF baselines (FedAvg, FCF, FedAtt,
-Local) on the one-user harness (``client_app.oneuser``, shared with PFedRec, UFGraphFR and
-GPFedRec).
-
-Every logical client is one user with its own copy of the model: a 1 × d user vector, a full
-M × d item table and, for NCF, the MLP tower (``corolla.models`` MF = the code's PMF/FCF, NCF =
-its MLP-only NCF). All clients start from one shared initialisation (``init-std`` = 1: PyTorch's
-N(0, 1) embedding init, as the code); with ``user-init = shared`` also the same user vector.
-
-Round (``train`` phase), per client:
-
-1. start parameters — ``fedca``: its own parameters of the previous round; if it was aggregated
-   and the aggregate Q_g[u] is in this message (only when the previous round had no evaluation)
-   they are interpolated ρ·own + (1−ρ)·Q_g[u] first (spec B4.1). ``fedavg``/``fcf``/``fedatt``:
-   its own user vector with the received global item table (and tower). ``local``: its own;
-2. training rows: every train positive followed by ``num-negatives`` distinct negatives drawn
-   from the items the user never interacted with in any split (``neg-pool = uninteracted``; the
-   99 evaluation negatives are in that pool, spec B1), re-drawn every round;
-3. ``local-epochs`` epochs with a fresh Adam and the code's early break
-   (``corolla.models.stacked``; all the clients a node hosts train batched, which equals one at
-   a time);
-4. upload — ``fedca``: ``item.weight`` (+ the tower) and its descriptor ``basis`` X_u
-   (k × d: PCA of the item rows of the round's training rows, duplicates included; or with
-   ``fedca-subspace = left`` the paper's k left singular vectors of the interacted items' rows,
-   k × |I_u|); the averaging baselines: ``item.weight`` (+ tower); ``local``: nothing.
-   ``num-examples`` = the number of training rows (n_u, spec B4.4). The user vector never leaves;
-5. evaluation, fused into the reply when the round is evaluated: each user ranks its held-out
-   item among its 99 negatives with its own post-training parameters (spec B2). Only FedCA's
-   aggregated clients are evaluated again, with the next round's message (or an ``evaluate``
-   message after the last round): they receive Q_g[u], interpolate, keep the interpolated
-   parameters as their state (the next round starts from them, spec B4.1) and evaluate with them.
-
-Scores are the model's sigmoid outputs in float32 (the code's), so saturated scores tie; the
-paper-compatible metrics rank ties against the positive.
+"""FedCA's client (FedCA spec B1–B4) on the one-user harness: a one-user PMF/NCF client
+(``client_app.pmf``) that starts a round from ρ·own + (1−ρ)·Q_g[u] when its personalised
+aggregate arrives with the round's message (spec B4.1), uploads its item table (+ tower) with its
+descriptor X_u (``basis``: k × d PCA of the item rows of the round's training rows, duplicates
+included; with ``fedca-subspace = left`` the paper's k left singular vectors of the interacted
+items' rows, k × |I_u|), and with ``fedca-upload = subset`` only when the server drew it.
 """
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
-import torch
 
-from client_app.base import PhaseResult
-from client_app.oneuser import OneUserBase, evaluate_stacked, evaluated, round_samples
+from client_app.pmf import OneUserClient, interpolate
 from corolla import composite
-from corolla.models.factory import build_model, init_params, shared_init
-from corolla.models.stacked import mlp_layer_names, stack, stacked_logits, train_stacked, train_users
-from corolla.util import stable_seed
-
-AVERAGING = ("fedavg", "fcf", "fedatt")
 
 
-class OneUserClient(OneUserBase):
-    """One user, one MF/NCF model; see the module docstring."""
-
-    # ------------------------------------------------------------------ state
-    def init_state(self) -> dict[str, np.ndarray]:
-        cfg = self.cfg
-        model = build_model(cfg, 1, self.fed.n_items)
-        key = ("user-init", "shared") if cfg["user-init"] == "shared" else ("user-init", self.cid)
-        init_params(model, cfg["init-std"], stable_seed(cfg["seed"], *key), ["user.weight"])
-        state = model.get_arrays(["user.weight"])
-        state.update(shared_init(cfg, self.fed.n_items))
-        return state
-
+class FedCAClient(OneUserClient):
     def start_params(self, state, shared, personal) -> dict[str, np.ndarray]:
-        method = self.cfg["method"]
         params = dict(state)
-        if method in AVERAGING and shared:
-            params.update(shared)
-        elif method == "fedca":
-            agg = {k: v for k, v in personal.items() if k != "upload"}
-            if agg:
-                params = interpolate(params, agg, self.cfg["fedca-rho"])
+        agg = {k: v for k, v in personal.items() if k != "upload"}
+        if agg:
+            params = interpolate(params, agg, self.cfg["fedca-rho"])
         return params
 
-    # ------------------------------------------------------------------ phases
-    def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
-        return type(self).batch_train([self], rnd, [state], shared, [personal])[0]
-
-    @staticmethod
-    def batch_train(clients, rnd, states, shared, personals) -> list[PhaseResult]:
-        cfg, fed, dev = clients[0].cfg, clients[0].fed, clients[0].device
-        starts = [c.start_params(s, shared, p) for c, s, p in zip(clients, states, personals)]
-        names = list(starts[0])
-        samples, perms = round_samples(clients, rnd)
-        trained, losses = train_users(starts, samples, perms, partial(
-            train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=cfg["lr-mlp"],
-            wd_mlp=cfg["mlp-weight-decay"], early_break=cfg["early-break"]), dev)
-        evals = (evaluate_stacked(clients, stacked_scorer(stack(trained, names, dev))) if evaluated(cfg, rnd)
-                 else [{}] * len(clients))
-        out = []
-        for c, new, rows, loss, ev, pers in zip(clients, trained, samples, losses, evals, personals):
-            payload: dict[str, np.ndarray] = {}
-            uploads = cfg["method"] != "local" and not (
-                cfg["method"] == "fedca" and cfg["fedca-upload"] == "subset" and "upload" not in pers)
-            if uploads:
-                payload = {k: v for k, v in new.items() if not k.startswith("user.")}
-            if uploads and cfg["method"] == "fedca":
-                payload["basis"] = descriptor(cfg, new["item.weight"], rows["item"],
-                                              fed.rows("train", int(c.users[0]))).astype(np.float32)
-            mets = {"num-examples": len(rows["item"]), "train-loss": float(loss), **ev}
-            out.append(PhaseResult(payload=payload, metrics=mets, state=new))
-        return out
-
-    def phase_evaluate(self, rnd, state, shared, personal) -> PhaseResult:
-        return type(self).batch_evaluate([self], rnd, [state], shared, [personal])[0]
-
-    @staticmethod
-    def batch_evaluate(clients, rnd, states, shared, personals) -> list[PhaseResult]:
-        cfg = clients[0].cfg
-        new_states = [interpolate(s, p, cfg["fedca-rho"]) if p else s for s, p in zip(states, personals)]
-        params = stack(new_states, list(new_states[0]), clients[0].device)
-        evals = evaluate_stacked(clients, stacked_scorer(params))
-        return [PhaseResult(metrics=ev, state=ns if p else None)
-                for ev, ns, p in zip(evals, new_states, personals)]
-
-    def scores(self, state, shared, personal, local_users, items):
-        params = stack([state], list(state), self.device)
-        it = torch.as_tensor(np.asarray(items).reshape(1, -1) if items is not None
-                             else np.arange(self.fed.n_items)[None], device=self.device)
-        return stacked_scorer(params)(torch.zeros(1, dtype=torch.long), it).reshape(len(local_users), -1)
-
-
-def interpolate(own: dict[str, np.ndarray], agg: dict[str, np.ndarray], rho: float) -> dict[str, np.ndarray]:
-    """ρ·own + (1−ρ)·aggregate for every aggregated array (item table, tower); the rest is own."""
-    out = dict(own)
-    for k, v in agg.items():
-        out[k] = (rho * own[k] + (1.0 - rho) * v).astype(np.float32)
-    return out
+    def upload(self, new, rows, personal) -> dict[str, np.ndarray]:
+        if self.cfg["fedca-upload"] == "subset" and "upload" not in personal:
+            return {}
+        payload = super().upload(new, rows, personal)
+        payload["basis"] = descriptor(self.cfg, new["item.weight"], rows["item"],
+                                      self.fed.rows("train", int(self.users[0]))).astype(np.float32)
+        return payload
 
 
 def descriptor(cfg, item_table: np.ndarray, sample_items: np.ndarray, train_items: np.ndarray) -> np.ndarray:
     if cfg["fedca-subspace"] == "pca":
         return composite.principal_basis(item_table[sample_items], cfg["fedca-k"])
     return composite.left_basis(item_table[train_items], cfg["fedca-k"])
-
-
-def stacked_scorer(params: dict[str, torch.Tensor]):
-    """Sigmoid scores of MF/NCF for :func:`client_app.oneuser.evaluate_stacked`."""
-    names = mlp_layer_names(params)
-
-    def score(idx: torch.Tensor, items: torch.Tensor) -> np.ndarray:
-        with torch.no_grad():
-            sub = {k: v[idx] for k, v in params.items()}
-            return torch.sigmoid(stacked_logits(sub, items, names)).cpu().numpy().astype(np.float32)
-
-    return score

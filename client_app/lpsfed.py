@@ -110,7 +110,7 @@ class LPSFedClient(LogicalClient):
         cfg = self.cfg
         m = self.model()
         m.init_params(stable_seed(cfg["seed"], "lgcn-init", self.cid))
-        shared = shared_init(cfg, self.fed.n_items)            # every client starts from one θ⁰
+        shared = L.shared_init(cfg, self.fed.n_items)          # every client starts from one θ⁰
         state = {k: v.detach().numpy().copy() for k, v in m.named_parameters()}
         state.update(shared)
         return state
@@ -259,13 +259,6 @@ def negatives(g: np.random.Generator, users: np.ndarray, pos_sets: list[set], n_
         while int(neg[k]) in ps:
             neg[k] = g.integers(0, n_items)
     return neg
-
-
-def shared_init(cfg, n_items: int) -> dict[str, np.ndarray]:
-    """θ⁰: the pooling and predictive MLPs every client starts from (Alg. 1 line 1)."""
-    m = L.LGCN(1, 1, cfg["dim"], cfg["lgcn-layers"], cfg["lgcn-phi"], cfg["lgcn-mlp"], bias=False)
-    m.init_params(stable_seed(cfg["seed"], "lgcn-shared-init"))
-    return {k: v.detach().numpy().copy() for k, v in m.named_parameters() if k.startswith(("pool.", "pred."))}
 
 
 def set_params(m: torch.nn.Module, arrays: dict[str, np.ndarray]) -> None:

@@ -72,12 +72,17 @@ class ParamClient(LogicalClient):
             optimizer_from_arrays(opt, state, self.device)
         samples = self.samples(state, rnd)
         loss = train_epochs(model, opt, samples, self.cfg["local-epochs"], self.cfg["batch-size"],
-                            rng(self.cfg["seed"], "shuffle", self.cid, rnd), self.device)
+                            rng(self.cfg["seed"], "shuffle", self.cid, rnd), self.device,
+                            self.penalty(model, shared))
         new_state = model.get_arrays()
         if self.cfg["optimizer-state"] == "persist":
             new_state.update(optimizer_to_arrays(opt))
         new_state.update({k: v for k, v in state.items() if k.startswith("samples/")})
         return model, new_state, loss, len(samples["user"])
+
+    def penalty(self, model, shared: dict[str, np.ndarray]):
+        """A term added to every batch's loss (None: none); FedProx overrides it."""
+        return None
 
     def phase_train(self, rnd: int, state, shared, personal) -> PhaseResult:
         model, new_state, loss, n = self.local_update(rnd, state, shared if self.federated else {})

@@ -1,45 +1,15 @@
-"""Method name -> client class (client side of each strategy)."""
+"""The client class of a run: the class its method-table entry names (``corolla.methods``), with
+the entry's ``client_options`` as class attributes."""
 
 from __future__ import annotations
 
+from typing import Any
 
-def client_class(method: str, model: str = "mf", harness: str = "silo"):
-    if model == "gfcf":
-        from client_app.gfcf import GFCFClient, LocalGFCFClient
+from corolla import methods
+from corolla.util import import_class
 
-        return LocalGFCFClient if method == "local" else GFCFClient
-    if harness == "expanded":
-        from client_app.distfedavg import ExpandedClient
 
-        return ExpandedClient
-    if model == "lgcn":
-        from client_app.lpsfed import LPSFedClient
-
-        return LPSFedClient
-    if method == "fedcia":
-        from client_app.fedcia import FedCIAParamClient
-
-        return FedCIAParamClient
-    if harness == "one-user":
-        if method == "pfedrec":
-            from client_app.pfedrec import PFedRecClient
-
-            return PFedRecClient
-        if method in ("ufgraphfr", "gpfedrec"):
-            from client_app.ufgraphfr import GraphClient
-
-            return GraphClient
-        if method in ("fedca", "fedavg", "fcf", "fedatt", "local"):
-            from client_app.fedca import OneUserClient
-
-            return OneUserClient
-        raise ValueError(f"unknown method '{method}' for harness 'one-user'")
-    if method in ("fedavg", "fcf", "fedatt"):
-        from client_app.mf import FedAvgClient
-
-        return FedAvgClient
-    if method == "local":
-        from client_app.mf import LocalClient
-
-        return LocalClient
-    raise ValueError(f"unknown method '{method}'")
+def client_class(cfg: dict[str, Any]):
+    """The client class of ``cfg``'s method on its harness with its model."""
+    m = methods.lookup(cfg)
+    return import_class(m.client, tuple(sorted(m.client_options.items())), m.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -90,3 +91,15 @@ def _json_default(o: Any) -> Any:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, default=_json_default)
+
+
+@functools.lru_cache(maxsize=None)
+def import_class(path: str, options: tuple[tuple[str, Any], ...] = (), label: str = ""):
+    """The class ``"module:Class"`` names (imported by the caller's request: the method table names
+    strategy and client classes without importing them), subclassed with ``options`` as class
+    attributes when there are any (cached: one class per path and options)."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    return type(f"{cls.__name__}[{label}]", (cls,), dict(options)) if options else cls

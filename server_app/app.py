@@ -65,7 +65,7 @@ def prepare(rc: dict[str, Any]) -> tuple[dict[str, Any], Path, str, str | None, 
 
 def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
     cfg, out, run_key, preset, paper, meta = prepare(rc)
-    strategy = strategy_class(cfg["method"], cfg["model"], cfg["harness"])(cfg)
+    strategy = strategy_class(cfg)(cfg)
     strategy.run_info = {"run-key": run_key, "cfg": json.dumps(cfg),
                          "state-dir": str(out / "node-state"), "data-dir": str(rc.get("data-dir") or "")}
     recorder = RunRecorder(out, cfg, preset, paper)

@@ -35,10 +35,6 @@ from corolla.protocol import ArraySpec
 from corolla.util import rng
 from strategies.base import CorollaStrategy
 
-RULE = {"fedavg": "fedavg", "fcf": "simpleavg", "fedmedian": "fedmedian", "fedatt": "fedatt",
-        "distfedavg": "distfedavg"}
-
-
 class MatchingParty:
     """The trusted third party of the expansion (FedPerGNN expansion.py:21-59): matches hashed item
     ids across clients; caps ``max-items`` per client and ``max-neighbors-per-item`` (0: none)."""
@@ -78,7 +74,8 @@ class MatchingParty:
 
 class RowAggregation(CorollaStrategy):
     """Dist-FedAvg (``method = distfedavg``) and the baselines (``fedavg``, ``fcf`` = SimpleAvg,
-    ``fedmedian``, ``fedatt``) with ``harness = expanded``."""
+    ``fedmedian``, ``fedatt``) with ``harness = expanded``: their declarations
+    (``corolla/methods/``) set :attr:`rule`."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -106,13 +103,15 @@ class RowAggregation(CorollaStrategy):
         self.users = (g.standard_normal((n_users, d)) * self.cfg["init-std"]).astype(np.float32)
         self.items = (g.standard_normal((self.n_items, d)) * self.cfg["init-std"]).astype(np.float32)
 
+    rule: str | None = None   # a baseline's rule for user and item rows (the method table); None: user-agg/item-agg
+
     @property
     def user_rule(self) -> str:
-        return self.cfg["user-agg"] if self.cfg["method"] == "distfedavg" else RULE[self.cfg["method"]]
+        return self.rule or self.cfg["user-agg"]
 
     @property
     def item_rule(self) -> str:
-        return self.cfg["item-agg"] if self.cfg["method"] == "distfedavg" else RULE[self.cfg["method"]]
+        return self.rule or self.cfg["item-agg"]
 
     # -------------------------------------------------------------- phases
     def phases(self, rnd):
@@ -201,8 +200,7 @@ class RowAggregation(CorollaStrategy):
             return self.users, self.items
         import torch
 
-        from client_app.distfedavg import lightgcn
-        from corolla.models.lightgcn import normalized_adjacency
+        from corolla.models.lightgcn import normalized_adjacency, propagate as lightgcn
 
         if self._train_graph is None:
             us = np.concatenate([np.full(len(v), c, np.int64) for c, v in sorted(self.item_ids.items())])

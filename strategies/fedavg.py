@@ -73,11 +73,15 @@ class FCF(FedAvg):
 
 
 class Local(CorollaStrategy):
+    # each client evaluates its own model right after training, in that message; False where the
+    # clients send their metrics with the training reply anyway (the one-user harness)
+    fuses_after = True
+
     def expected_payload(self, phase, cid):
         return {}
 
     def eval_fuses_after(self, rnd):
-        return True   # each client evaluates its own model right after training, in that message
+        return self.fuses_after
 
     def aggregate_phase(self, phase, rnd, results):
         losses = [r.metrics.get("train-loss", float("nan")) for r in results.values()]

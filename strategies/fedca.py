@@ -1,5 +1,6 @@
-"""FedCA server side (FedCA paper §4, Algorithm 1; spec FEDCIA_FEDCA B4) and the per-user
-baselines of its harness (FedAvg, FCF, FedAtt, Local with ``harness = one-user``).
+"""FedCA server side (FedCA paper §4, Algorithm 1; spec FEDCIA_FEDCA B4). The per-user baselines
+of its harness (FedAvg, FCF, FedAtt, Local with ``harness = one-user``) are the plain strategies
+of those methods (``corolla/methods/``).
 
 Round t, phase ``train`` (every client; spec B4 steps 1–4): a client's reply carries its item
 table Q_u (+ NCF tower), its descriptor X_u (``basis``), ``num-examples`` n_u, and — when round t
@@ -36,7 +37,6 @@ from corolla.models.factory import shared_init
 from corolla.protocol import ArraySpec
 from corolla.util import rng
 from strategies.base import CorollaStrategy
-from strategies.fedavg import FCF, FedAvg, Local
 
 
 class FedCA(CorollaStrategy):
@@ -135,51 +135,3 @@ class FedCA(CorollaStrategy):
             if key.startswith("pending/"):
                 _, c, k = key.split("/", 2)
                 self.pending.setdefault(int(c), {})[k] = v
-
-
-class FedAtt(FedAvg):
-    """FedAtt (Ji et al. 2019; spec LPSFED_DISTFEDAVG B4): per parameter tensor, attention
-    softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I)."""
-
-    def aggregate_phase(self, phase, rnd, results):
-        if not results:
-            return {}
-        cids = sorted(results)
-        g = rng(self.cfg["seed"], "fedatt-dp", rnd)
-        self.global_params = {
-            k: composite.fedatt(v, np.stack([results[c].payload[k] for c in cids]), self.cfg["fedatt-epsilon"],
-                                self.cfg["fedatt-ord"], self.cfg["fedatt-dp"], g)
-            for k, v in self.global_params.items()}
-        losses = [results[c].metrics.get("train-loss", np.nan) for c in cids]
-        return {"train-loss": float(np.nanmean(losses)), "clients": len(cids)}
-
-
-class OneUserFedAvg(FedAvg):
-    """FedAvg on the one-user harness: its clients evaluate in their training reply."""
-
-
-class OneUserFCF(FCF):
-    """FCF on the one-user harness: its clients evaluate in their training reply."""
-
-
-class OneUserFedAtt(FedAtt):
-    """FedAtt on the one-user harness: its clients evaluate in their training reply."""
-
-
-class OneUserLocal(Local):
-    """Local on the one-user harness: its clients evaluate in their training reply."""
-
-    def eval_fuses_after(self, rnd):
-        return False
-
-
-class PFedRec(OneUserFCF):
-    """PFedRec server (PF engine.py:66-81): the unweighted mean, key by key, of the uploaded item
-    tables and score-function biases; clients load only the item table."""
-
-    def setup(self) -> None:
-        from corolla.models.pfedrec import pfedrec_init
-
-        if not self.global_params:
-            init = pfedrec_init(self.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
-            self.global_params = {k: init[k] for k in ("item.weight", "affine.bias")}

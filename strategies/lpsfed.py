@@ -62,6 +62,12 @@ def reference_kernel(n_users: float, n_items: float, n_edges: float, kind: str, 
 
 
 class LPSFed(CorollaStrategy):
+    """LPSFed's server (spec A4-A6). ``personalized = False`` (FedAvg-LGCN, set by the method
+    table) mixes with ρ̄ ≡ 1; ``uses_stats = False`` builds the fixed-size reference graph."""
+
+    personalized = True
+    uses_stats = True
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.reference: np.ndarray | None = None
@@ -71,13 +77,11 @@ class LPSFed(CorollaStrategy):
 
     @property
     def personalize(self) -> bool:
-        return self.cfg["method"] == "lpsfed" and bool(self.cfg["lpsfed-personalize"])
+        return self.personalized and bool(self.cfg["lpsfed-personalize"])
 
     def setup(self) -> None:
-        from client_app.lpsfed import shared_init
-
-        self.shapes = {k: v.shape for k, v in shared_init(self.cfg, self.n_items).items()}
-        if self.cfg["method"] != "lpsfed" or not self.cfg["lpsfed-stats"]:
+        self.shapes = {k: v.shape for k, v in L.shared_init(self.cfg, self.n_items).items()}
+        if not self.uses_stats or not self.cfg["lpsfed-stats"]:
             self.build_reference(*FIXED_REFERENCE)
 
     def summary(self) -> None:

@@ -1,31 +1,15 @@
-"""Method name -> strategy class."""
+"""The strategy of a run: the class its method-table entry names (``corolla.methods``), with the
+entry's ``strategy_options`` as class attributes."""
 
 from __future__ import annotations
 
+from typing import Any
 
-def strategy_class(method: str, model: str = "mf", harness: str = "silo"):
-    from strategies import fedca
-    from strategies.fedavg import FCF, FedAvg, Local
-    from strategies.fedcia import FedCIAGFCF, FedCIAParam
+from corolla import methods
+from corolla.util import import_class
 
-    if method == "fedcia":
-        return FedCIAGFCF if model == "gfcf" else FedCIAParam
-    if harness == "expanded":
-        from strategies.distfedavg import RowAggregation
 
-        return RowAggregation
-    if method == "lpsfed" or model == "lgcn":
-        from strategies.lpsfed import LPSFed
-
-        return LPSFed
-    if harness == "one-user":
-        from strategies.ufgraphfr import GraphAggregation
-
-        table = {"fedca": fedca.FedCA, "fedavg": fedca.OneUserFedAvg, "fcf": fedca.OneUserFCF,
-                 "fedatt": fedca.OneUserFedAtt, "local": fedca.OneUserLocal, "pfedrec": fedca.PFedRec,
-                 "ufgraphfr": GraphAggregation, "gpfedrec": GraphAggregation}
-    else:
-        table = {"fedavg": FedAvg, "fcf": FCF, "local": Local, "fedatt": fedca.FedAtt}
-    if method not in table:
-        raise ValueError(f"unknown method '{method}' for harness '{harness}'; known: {sorted(table)}")
-    return table[method]
+def strategy_class(cfg: dict[str, Any]):
+    """The strategy class of ``cfg``'s method on its harness with its model."""
+    m = methods.lookup(cfg)
+    return import_class(m.strategy, tuple(sorted(m.strategy_options.items())), m.name)

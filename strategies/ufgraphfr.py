@@ -47,7 +47,10 @@ class GraphAggregation(CorollaStrategy):
 
     @property
     def gpfedrec(self) -> bool:
-        return self.cfg["method"] == "gpfedrec"
+        """GPFedRec (set by the method table): the global table goes to every client too."""
+        return self.global_table_too
+
+    global_table_too = False
 
     def summary(self) -> None:
         keys = ("method", "num-rounds", "graph-mode", "graph-input", "neighborhood-size", "neighborhood-threshold",

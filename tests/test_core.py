@@ -143,7 +143,7 @@ def test_heterogeneous_client_groups():
 
 
 def test_id_lists_and_hosting():
-    from client_app.base import parse_id_list
+    from client_app.host import parse_id_list
 
     assert parse_id_list("0-3, 7") == [0, 1, 2, 3, 7]
     assert parse_id_list("") == []

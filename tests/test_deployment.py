@@ -144,7 +144,7 @@ def test_tls_superlink_refuses_an_unregistered_node_and_runs_with_a_registered_o
         refused = (tmp_path / "node1.log").read_text()
         assert "[code: 2004] Failed to activate SuperNode" in refused and "Exit Code: 305" in refused
         run = subprocess.run(
-            [sys.executable, "-m", "corolla.cli", "run", "--superlink", f"127.0.0.1:{control}",
+            [sys.executable, "-m", "launcher.cli", "run", "--superlink", f"127.0.0.1:{control}",
              "--root-certificates", f"{certs}/ca.crt", "--preset", "fedavg-mf-ml100k", "--out", str(tmp_path / "out")]
             + [a for s in SMALL + ["num-rounds=1"] for a in ("--set", s)],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -289,7 +289,7 @@ def test_compose_run_completes_with_results_on_the_host(tmp_path, data_dir):
 def test_flower_commands_come_from_the_interpreters_bin_before_path(tmp_path, monkeypatch):
     """`corolla run` starts the SuperLink, SuperNodes and `flwr` of the Flower it imports: a
     different `flwr` earlier on PATH is not used, and children get the same PATH order."""
-    from corolla.cli import _path_with_interpreter, flower_bin
+    from launcher.cli import _path_with_interpreter, flower_bin
 
     other = tmp_path / "bin"
     other.mkdir()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from corolla.cli import live_in_groups
+from launcher.cli import live_in_groups
 from server_app.app import run_federation
 from tests.inproc import InProcessTransport, partitions
 
@@ -27,7 +27,7 @@ SMALL = ["num-rounds=3", "split=loo", "partition=blocks", "num-clients=20", "pro
 
 
 def corolla(args, out, data_dir, **kw):
-    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", "fedavg-mf-ml100k", "--data-dir", data_dir,
+    cmd = [sys.executable, "-m", "launcher.cli", "run", "--preset", "fedavg-mf-ml100k", "--data-dir", data_dir,
            "--out", str(out)] + args
     env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
     # as a command typed at a terminal: SIGINT at its default, even when pytest itself was started
@@ -155,7 +155,7 @@ def superlink_equals_in_process(tmp_path, data_dir, preset: str, small: list[str
     reference kernel, Dist-FedAvg's evaluation item table) have node-dependent bytes: they compare with the
     same number of nodes in process."""
     out = tmp_path / preset
-    cmd = [sys.executable, "-m", "corolla.cli", "run", "--preset", preset, "--data-dir", data_dir,
+    cmd = [sys.executable, "-m", "launcher.cli", "run", "--preset", preset, "--data-dir", data_dir,
            "--out", str(out), "--nodes", str(nodes)] + [a for s in small for a in ("--set", s)]
     env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -202,7 +202,7 @@ def test_dist_fedavg_through_real_superlink_equals_in_process(tmp_path, data_dir
 
 
 def _free_port():
-    from corolla.cli import free_port
+    from launcher.cli import free_port
 
     return free_port()
 
@@ -212,7 +212,7 @@ def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
     SuperNodes started apart (as compose does): the run completes with the numbers of the
     in-process run, exit 0; a run that fails on the nodes exits non-zero (``flwr run`` would
     exit 0)."""
-    from corolla.cli import wait_port
+    from launcher.cli import wait_port
 
     env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT), FLWR_HOME=str(tmp_path / "home"),
                FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05")
@@ -232,7 +232,7 @@ def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
                                            "--host", "127.0.0.1", "--port", str(_free_port()), "--node-config", nc],
                                           env=env, cwd=tmp_path, start_new_session=True,
                                           stdout=open(tmp_path / f"node{i}.log", "w"), stderr=subprocess.STDOUT))
-        base = [sys.executable, "-m", "corolla.cli", "run", "--superlink", f"127.0.0.1:{control}", "--nodes", "2",
+        base = [sys.executable, "-m", "launcher.cli", "run", "--superlink", f"127.0.0.1:{control}", "--nodes", "2",
                 "--preset", "fedavg-mf-ml100k"] + sets()
         p = subprocess.run(base + ["--out", str(tmp_path / "ok")], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=600)

@@ -160,7 +160,7 @@ def test_one_user_baselines_run(tmp_path, data_dir, method):
 
 
 def test_interpolation_by_hand():
-    from client_app.fedca import interpolate
+    from client_app.pmf import interpolate
 
     own = {"item.weight": np.ones((2, 2), np.float32), "user.weight": np.zeros((1, 2), np.float32)}
     out = interpolate(own, {"item.weight": np.zeros((2, 2), np.float32)}, 0.8)
@@ -215,7 +215,7 @@ def test_pfedrec_runs_and_uploads_table_and_bias(tmp_path, data_dir):
 
 
 def test_cli_inproc_mode(tmp_path, data_dir, capsys):
-    from corolla.cli import main
+    from launcher.cli import main
 
     out = tmp_path / "cli"
     rc = main(["run", "--preset", "fedca-pmf-ml100k", "--set", "num-rounds=1", "--set", "min-user-interactions=300",

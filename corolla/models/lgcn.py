@@ -34,6 +34,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from corolla.util import stable_seed
+
 RANK_ITEM_BLOCK = 4096   # items per block of the pairwise ranking (keeps a block × users × h in cache)
 POP_EDGES = np.array([10, 20, 30, 40, 50, 100, 200, 300, 400, 500])   # 11 buckets (spec A3)
 
@@ -188,3 +190,10 @@ def info_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float) -> torch.Tensor:
 def bpr(pos_cos: torch.Tensor, neg_cos: torch.Tensor) -> torch.Tensor:
     """BPR on the scores cos R̂ (LPSFed (BPR) and the FedAvg-LGCN baseline)."""
     return F.softplus(-(pos_cos - neg_cos)).mean()
+
+
+def shared_init(cfg, n_items: int) -> dict[str, np.ndarray]:
+    """θ⁰: the pooling and predictive MLPs every client starts from (Alg. 1 line 1)."""
+    m = LGCN(1, 1, cfg["dim"], cfg["lgcn-layers"], cfg["lgcn-phi"], cfg["lgcn-mlp"], bias=False)
+    m.init_params(stable_seed(cfg["seed"], "lgcn-shared-init"))
+    return {k: v.detach().numpy().copy() for k, v in m.named_parameters() if k.startswith(("pool.", "pred."))}

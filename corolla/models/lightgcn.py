@@ -29,6 +29,32 @@ def normalized_adjacency(n_users: int, n_items: int, users: np.ndarray, items: n
                                    check_invariants=True).coalesce()
 
 
+class _SymmetricMM(torch.autograd.Function):
+    """y = A x for a symmetric sparse A: the gradient is A g, no transpose needed."""
+
+    @staticmethod
+    def forward(ctx, a, x):
+        ctx.a = a
+        return a @ x
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, ctx.a @ g
+
+
+def propagate(adj: torch.Tensor, x: torch.Tensor, layers: int) -> torch.Tensor:
+    """LightGCN (He et al. 2020, Eq. 4): the mean over layers 0..K of ``D^-½ A D^-½`` propagations
+    of ``x``. ``adj`` is a COO tensor (one client's graph) or a CSR one (many clients' graphs
+    stacked block-diagonally, Dist-FedAvg's batched training: its symmetric product needs no
+    transpose in the backward pass)."""
+    mm = _SymmetricMM.apply if adj.layout == torch.sparse_csr else torch.sparse.mm
+    acc, h = x, x
+    for _ in range(layers):
+        h = mm(adj, h)
+        acc = acc + h
+    return acc / (layers + 1)
+
+
 class LightGCN(RecModel):
     def __init__(self, n_users: int, n_items: int, dim: int, layers: int, loss: str, weight_decay: float):
         super().__init__(n_users, n_items, dim, loss, weight_decay)
@@ -41,12 +67,7 @@ class LightGCN(RecModel):
     def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.graph is None:
             raise RuntimeError("LightGCN: call set_graph() with the client's training edges first")
-        x = torch.cat([self.user.weight, self.item.weight])
-        acc = x
-        for _ in range(self.layers):
-            x = torch.sparse.mm(self.graph, x)
-            acc = acc + x
-        out = acc / (self.layers + 1)
+        out = propagate(self.graph, torch.cat([self.user.weight, self.item.weight]), self.layers)
         return out[: self.n_users], out[self.n_users:]
 
     def forward(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:

@@ -109,8 +109,9 @@ def optimizer_from_arrays(opt: torch.optim.Optimizer, arrays: dict[str, np.ndarr
 
 
 def train_epochs(model, opt, samples: dict[str, np.ndarray], epochs: int, batch_size: int,
-                 g: np.random.Generator, device) -> float:
-    """Shuffled mini-batch epochs; returns the mean loss of the last epoch."""
+                 g: np.random.Generator, device, penalty=None) -> float:
+    """Shuffled mini-batch epochs; returns the mean loss of the last epoch. ``penalty()``, when
+    given, is added to every batch's loss (FedProx's proximal term)."""
     n = len(samples["user"])
     if n == 0:
         return float("nan")
@@ -125,6 +126,8 @@ def train_epochs(model, opt, samples: dict[str, np.ndarray], epochs: int, batch_
             batch = {k: v[idx] for k, v in tens.items()}
             opt.zero_grad(set_to_none=True)
             loss = model.loss(batch)
+            if penalty is not None:
+                loss = loss + penalty()
             loss.backward()
             opt.step()
             tot += float(loss.detach()) * len(idx)

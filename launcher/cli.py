@@ -1,4 +1,5 @@
-"""``corolla`` command line: ``corolla run`` and ``corolla presets``.
+"""``corolla`` command line: ``corolla run``, ``corolla presets [--long]``, ``corolla keys
+[--method NAME]`` and ``corolla methods``.
 
 ``corolla run --preset NAME [--set key=value ...] [--mode local|sim|inproc] [--nodes N]
 [--data-dir DIR] [--out DIR] [--resume RUN_DIR] [--export-topk K] [--config FILE]
@@ -13,7 +14,7 @@
   completed.
 * ``--mode sim``: a simulation SuperLink (Flower's simulation runtime, Ray) with N virtual nodes.
 * ``--mode inproc``: no Flower runtime: the ServerApp's loop calls the ClientApp's handler for N
-  nodes in this process (``strategies.inproc``). Same numbers as the other modes (tested); for
+  nodes in this process (``launcher.inproc``). Same numbers as the other modes (tested); for
   sweeps and ablations on one machine, not a deployment.
 
 ``local`` and ``sim`` run through Flower's own processes; nothing is simulated by Corolla itself.
@@ -33,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from corolla.config import ConfigError, list_presets, parse_overrides, resolve
+from corolla.config import ConfigError, parse_overrides, resolve
 
 APP_DIR = Path(__file__).resolve().parents[1]
 SUPEREXEC_POLL_S = 0.05   # FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the processes Corolla starts (Flower: 1 s)
@@ -423,7 +424,7 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
 
 def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: str) -> int:
     from server_app.app import run_federation
-    from strategies.inproc import InProcessTransport
+    from launcher.inproc import InProcessTransport
 
     for nc in node_configs:
         nc.setdefault("state-dir", str(out / "node-state"))
@@ -446,10 +447,23 @@ def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: st
 
 
 def presets_command(args: argparse.Namespace) -> int:
-    for p in list_presets():
-        nums = {k: v for k, v in p.paper.items() if isinstance(v, (int, float))}
-        paper = " ".join(f"{k}={v}" for k, v in nums.items())
-        print(f"{p.name}  {paper}  -- {p.paper.get('source', '')}")
+    from corolla.catalog import presets_text
+
+    print(presets_text(args.long))
+    return 0
+
+
+def keys_command(args: argparse.Namespace) -> int:
+    from corolla.catalog import keys_text
+
+    print(keys_text(args.method))
+    return 0
+
+
+def methods_command(args: argparse.Namespace) -> int:
+    from corolla.catalog import methods_text
+
+    print(methods_text())
     return 0
 
 
@@ -475,14 +489,18 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--export-topk", type=int, metavar="K")
     r.add_argument("--node-config", action="append", metavar="I:KEY=VALUE",
                    help="extra node config for SuperNode I in local mode (repeatable)")
-    sub.add_parser("presets", help="list presets with their paper numbers")
+    p = sub.add_parser("presets", help="list presets with their paper numbers")
+    p.add_argument("--long", action="store_true", help="also the method each resolves to and its description")
+    k = sub.add_parser("keys", help="list the config keys with type, default and help")
+    k.add_argument("--method", help="only the core keys and those of this method")
+    sub.add_parser("methods", help="list the method table: method, harness, models, strategy and client")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "run":
             if args.nodes is not None and args.nodes < 1:
                 ap.error("--nodes: expected >= 1")
             return run_command(args)
-        return presets_command(args)
+        return {"presets": presets_command, "keys": keys_command, "methods": methods_command}[args.cmd](args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,141 @@
+"""The method table: one declaration per method and harness.
+
+A *method* is what a user asks for by name (``fedca``, ``fedavg``, ``fedmedian``); it runs on a
+*harness* (how logical clients train: ``silo``, ``one-user``, ``expanded``) with one of the
+*models* its declaration accepts. ``(method, harness, model)`` resolves to exactly one
+:class:`Method` (a test checks it): the strategy class the server runs, the client class the
+nodes run, the method's own config keys and cross-key checks. The shared keys (data, split,
+rounds, evaluation, deployment, local training) are the core schema in ``corolla.config``; a
+harness's keys live with the harness (``corolla.methods.harness``), a method's in its own module
+here (``corolla/methods/<method>.py``).
+
+Strategy and client classes are named, not imported (``"strategies.fedavg:FedAvg"``): this
+package is the layer both sides share and imports neither. ``strategies.registry`` and
+``client_app.registry`` import the class a declaration names.
+
+Adding a method: ``docs/adding-a-method.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from corolla.keys import ConfigError, Key
+
+
+@dataclass(frozen=True)
+class Harness:
+    """How the logical clients of a method train and what the server may assume of them."""
+    name: str
+    summary: str
+    keys: dict[str, Key] = field(default_factory=dict)
+    check: Callable[[dict[str, Any], "Method"], None] | None = None
+    evaluates_in_reply: bool = False   # clients send their own post-training metrics with the upload
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method on one harness."""
+    name: str
+    harness: str
+    models: tuple[str, ...]
+    strategy: str          # "module:Class" of the server side (``strategies/``)
+    client: str            # "module:Class" of the client side (``client_app/``)
+    summary: str
+    paper: str = ""        # the paper (and spec section) it implements
+    keys: dict[str, Key] = field(default_factory=dict)      # its own config keys
+    check: Callable[[dict[str, Any]], None] | None = None   # its own cross-key checks
+    key_owners: tuple[str, ...] = ()  # other modules whose keys it reads (e.g. gpfedrec: ufgraphfr's graph keys)
+    strategy_options: dict[str, Any] = field(default_factory=dict)  # class attributes of the strategy for this method
+    client_options: dict[str, Any] = field(default_factory=dict)    # class attributes of the client for this method
+    heterogeneous: bool = False   # clients may train different models (``client-models``)
+    requires: dict[str, Any] = field(default_factory=dict)  # core keys it trains with (checked by its harness)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.harness}, {'/'.join(self.models)})"
+
+
+def _modules():
+    from corolla.methods import (distfedavg, fcf, fedatt, fedavg, fedca, fedcia, fedmedian, fedprox, gpfedrec,
+                                 local, lpsfed, pfedrec, ufgraphfr)
+
+    return (fedavg, fcf, fedatt, fedprox, local, fedcia, fedca, pfedrec, ufgraphfr, gpfedrec, distfedavg,
+            fedmedian, lpsfed)
+
+
+def table() -> list[Method]:
+    """Every declaration, in a stable order."""
+    return [m for mod in _modules() for m in mod.METHODS]
+
+
+def harnesses() -> dict[str, Harness]:
+    from corolla.methods.harness import HARNESSES
+
+    return HARNESSES
+
+
+def method_keys() -> dict[str, tuple[str, Key]]:
+    """Every key a method or harness module declares: ``{key: (owner, Key)}``. A key is declared
+    once (its owner); other methods that read it name the owner in ``key_owners``."""
+    out: dict[str, tuple[str, Key]] = {}
+    for owner, keys in [(f"harness {h.name}", h.keys) for h in harnesses().values()] + \
+                       [(mod.__name__.rsplit(".", 1)[1], getattr(mod, "KEYS", {})) for mod in _modules()]:
+        for k, spec in keys.items():
+            if k in out:
+                raise RuntimeError(f"config key '{k}' is declared by {out[k][0]} and {owner}")
+            out[k] = (owner, spec)
+    return out
+
+
+def names() -> list[str]:
+    return sorted({m.name for m in table()})
+
+
+def find(method: str, harness: str, model: str) -> Method:
+    """The one declaration of ``method`` on ``harness`` with ``model``; a :class:`ConfigError`
+    naming what runs instead otherwise."""
+    same = [m for m in table() if m.name == method]
+    if not same:
+        raise ConfigError(f"config key 'method': unknown method {method!r}; known: {', '.join(names())}")
+    on = [m for m in same if m.harness == harness]
+    if not on:
+        where = ", ".join(sorted({m.harness for m in same}))
+        raise ConfigError(f"config key 'harness': method {method!r} runs on harness {where}, not {harness!r}")
+    hit = [m for m in on if model in m.models]
+    if not hit:
+        ok = ", ".join(sorted({x for m in on for x in m.models}))
+        raise ConfigError(f"config key 'model': method {method!r} on harness {harness!r} trains {ok}, not {model!r}")
+    assert len(hit) == 1, f"the method table has {len(hit)} entries for {(method, harness, model)}"
+    return hit[0]
+
+
+def lookup(cfg: dict[str, Any]) -> Method:
+    return find(cfg["method"], cfg["harness"], cfg["model"])
+
+
+def check(cfg: dict[str, Any]) -> Method:
+    """The run's declaration, after its harness's and its own cross-key checks."""
+    m = lookup(cfg)
+    h = harnesses()[m.harness]
+    if h.check is not None:
+        h.check(cfg, m)
+    if m.check is not None:
+        m.check(cfg)
+    return m
+
+
+def owner_keys(m: Method) -> dict[str, Key]:
+    """The keys of method ``m``: its harness's, its own, and those of the modules it names."""
+    allk = method_keys()
+    owners = {f"harness {m.harness}", _module_of(m), *m.key_owners}
+    return {k: spec for k, (owner, spec) in allk.items() if owner in owners}
+
+
+def _module_of(m: Method) -> str:
+    for mod in _modules():
+        if m in mod.METHODS:
+            return mod.__name__.rsplit(".", 1)[1]
+    return m.name

@@ -1,0 +1,15 @@
+"""FCF / SimpleAvg (Ammad-ud-din et al. 2019): the unweighted mean of the clients' uploads, as
+the FedCA and Dist-FedAvg papers use it (spec FEDCIA_FEDCA B5, LPSFED_DISTFEDAVG B4)."""
+
+from corolla.methods import Method
+
+METHODS = [
+    Method("fcf", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FCF", "client_app.mf:FedAvgClient",
+           "unweighted mean of the shared parameters"),
+    Method("fcf", "one-user", ("mf", "ncf"), "strategies.fedavg:FCF", "client_app.pmf:OneUserClient",
+           "unweighted mean of the one-user clients' item tables", "FedCA Table 1 FCF row",
+           client_options={"start_from": "global"}),
+    Method("fcf", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
+           "client_app.distfedavg:ExpandedClient", "SimpleAvg: unweighted mean of each user and item row",
+           "Dist-FedAvg Table 3 SimpleAvg row", key_owners=("distfedavg",), strategy_options={"rule": "simpleavg"}),
+]

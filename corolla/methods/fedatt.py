@@ -1,0 +1,22 @@
+"""FedAtt (Ji et al. 2019; spec LPSFED_DISTFEDAVG B4): per parameter tensor, attention
+softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I)."""
+
+from corolla.keys import Key
+from corolla.methods import Method
+
+KEYS = {
+    "fedatt-epsilon": Key(1.0, "FedAtt: step size ε"),
+    "fedatt-ord": Key(2, "FedAtt: order of the distance norm"),
+    "fedatt-dp": Key(0.001, "FedAtt: std of the Gaussian noise added to the new global parameters"),
+}
+
+METHODS = [
+    Method("fedatt", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedatt:FedAtt", "client_app.mf:FedAvgClient",
+           "attention-weighted step of the global parameters towards the clients'"),
+    Method("fedatt", "one-user", ("mf", "ncf"), "strategies.fedatt:FedAtt", "client_app.pmf:OneUserClient",
+           "FedAtt of the one-user clients' item tables", "FedCA Table 1 FedAtt row",
+           client_options={"start_from": "global"}),
+    Method("fedatt", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
+           "client_app.distfedavg:ExpandedClient", "FedAtt of each user and item row",
+           "Dist-FedAvg Table 3 FedAtt row", key_owners=("distfedavg",), strategy_options={"rule": "fedatt"}),
+]

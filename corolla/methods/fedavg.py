@@ -1,0 +1,28 @@
+"""FedAvg (McMahan et al. 2017; FedMF / FedNCF in the papers' tables) on every harness.
+
+* ``silo``: the example-weighted mean of the clients' shared parameters (FedCIA code
+  ``fedavg.py:51-71``); ``strategies/fedavg.py``, ``client_app/mf.py``.
+* ``silo`` with ``lgcn``: FedAvg-LGCN, LPSFed's "w/o per & bias" row (spec LPSFED_DISTFEDAVG A5):
+  the LPSFed strategy with the plain mean of the MLPs (ρ̄ ≡ 1) and a fixed-size reference graph.
+* ``one-user``: FedMF on FedCA's / UFGraphFR's protocol (spec FEDCIA_FEDCA B5): each user trains
+  from the global item table; ``client_app/pmf.py``.
+* ``expanded``: FedAvg of the user and item rows on Dist-FedAvg's harness (spec B4).
+"""
+
+from corolla.methods import Method
+from corolla.methods.lpsfed import check as lgcn_check
+
+METHODS = [
+    Method("fedavg", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FedAvg", "client_app.mf:FedAvgClient",
+           "example-weighted mean of the shared parameters (item table, NCF tower)", "FedCIA Table 1 FedMF/FedNCF rows"),
+    Method("fedavg", "silo", ("lgcn",), "strategies.lpsfed:LPSFed", "client_app.lpsfed:LPSFedClient",
+           "FedAvg-LGCN: the plain mean of the LGCN clients' MLPs (LPSFed's 'w/o per & bias')",
+           "LPSFed Table 1 FedAvg row", key_owners=("lpsfed",), check=lgcn_check,
+           strategy_options={"personalized": False, "uses_stats": False}),
+    Method("fedavg", "one-user", ("mf", "ncf"), "strategies.fedavg:FedAvg", "client_app.pmf:OneUserClient",
+           "FedMF on one-user clients: each user trains from the global item table", "FedCA Table 1 FedAvg row",
+           client_options={"start_from": "global"}),
+    Method("fedavg", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
+           "client_app.distfedavg:ExpandedClient", "example-weighted mean of each user and item row",
+           "Dist-FedAvg Table 3 FedAvg row", key_owners=("distfedavg",), strategy_options={"rule": "fedavg"}),
+]

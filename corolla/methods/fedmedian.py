@@ -1,0 +1,10 @@
+"""FedMedian (Yin et al. 2018; spec LPSFED_DISTFEDAVG B4): the coordinate-wise median of each
+user and item row's copies, on Dist-FedAvg's expanded harness."""
+
+from corolla.methods import Method
+
+METHODS = [
+    Method("fedmedian", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
+           "client_app.distfedavg:ExpandedClient", "coordinate-wise median of each row's copies",
+           "Dist-FedAvg Table 3 FedMedian row", key_owners=("distfedavg",), strategy_options={"rule": "fedmedian"}),
+]

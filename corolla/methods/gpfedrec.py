@@ -1,0 +1,15 @@
+"""GPFedRec (Zhang et al.; spec UFGRAPHFR §7): UFGraphFR's harness with a free user vector; the
+server builds the user graph from the uploaded item tables and sends each user its
+graph-aggregated table and the global one. Reads UFGraphFR's graph keys."""
+
+from corolla.methods import Method
+from corolla.methods.ufgraphfr import check
+
+METHODS = [
+    Method("gpfedrec", "one-user", ("gpfedrec",), "strategies.ufgraphfr:GraphAggregation",
+           "client_app.ufgraphfr:GraphClient",
+           "user graph from the uploaded item tables; personalised and global tables back",
+           "UFGraphFR Table 2 GPFedRec row", check=check, key_owners=("ufgraphfr",),
+           strategy_options={"global_table_too": True},
+           requires={"optimizer": "sgd"}),
+]

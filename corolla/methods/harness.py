@@ -1,0 +1,61 @@
+"""The harnesses: how a method's logical clients train, and the checks every method on a harness
+shares.
+
+* ``silo``: a logical client holds one or more users and one model (FedCIA, FedMF, LPSFed);
+* ``one-user``: one user per client with its own full item table, evaluated with its own
+  post-training parameters, hosted users trained batched (FedCA, PFedRec, UFGraphFR, GPFedRec;
+  spec FEDCIA_FEDCA B1-B5, UFGRAPHFR §8);
+* ``expanded``: one user per client with a LightGCN over its expanded local graph, pulling and
+  pushing rows of global user and item tables (Dist-FedAvg and its baselines; spec
+  LPSFED_DISTFEDAVG part B).
+"""
+
+from corolla.keys import ConfigError, Key
+from corolla.methods import Harness
+
+ONE_USER_KEYS = {
+    "lr-mlp": Key(0.01, "one-user harness: Adam learning rate of the NCF tower (lr_structure)"),
+    "mlp-weight-decay": Key(0.0, "one-user harness: Adam weight decay of the NCF tower"),
+    "early-break": Key(0.0, "one-user harness: stop a client's local epochs once the relative change of its cumulative mean loss is below this (FedCA code: 1e-4; 0 = off)"),
+    "user-init": Key("per-client", "initial user vectors: seeded per client, or one shared vector for all (FedCA code: a deepcopy of the template model)", ("per-client", "shared")),
+}
+
+EXPANDED_KEYS = {
+    "max-neighbors-per-item": Key(0, "expansion: at most this many matched users per item (0 = no cap; FedPerGNN 100)"),
+    "max-items": Key(0, "expansion: at most this many of a user's items are matched (0 = no cap; FedPerGNN 100)"),
+    "eval-embeddings": Key("propagated", "expanded harness evaluation: LightGCN-propagated global tables over the training graph the server learned in the expansion ('propagated', spec B6) or the global tables as they are ('layer0')", ("propagated", "layer0")),
+    "neg-pool-size": Key(100, "expanded harness: negative item rows a client pulls for its next round (its BPR negatives)"),
+}
+
+
+def check_one_user(cfg, method):
+    if cfg["partition"] != "user":
+        raise ConfigError("config key 'partition': harness='one-user' needs partition='user'")
+    if cfg["protocol"] != "loo":
+        raise ConfigError("config key 'protocol': harness='one-user' evaluates with protocol='loo'")
+    if cfg["client-models"]:
+        raise ConfigError("config key 'client-models': not supported with harness='one-user'")
+    want = {"loss": "bce", "optimizer-state": "fresh", "weight-decay": 0.0, "optimizer": "adam",
+            "train-samples": "per-positive", **method.requires}
+    for key, value in want.items():
+        if cfg[key] != value:
+            raise ConfigError(f"config key '{key}': harness='one-user' trains with {key}={value!r} "
+                              f"(BCE on sigmoid scores, a fresh optimiser each round, negatives re-drawn "
+                              f"each round; the tower's decay is 'mlp-weight-decay'), got {cfg[key]!r}")
+
+
+def check_expanded(cfg, method):
+    want = {"model": "lightgcn", "partition": "user", "protocol": "full-rank", "loss": "bpr"}
+    for key, value in want.items():
+        if cfg[key] != value:
+            raise ConfigError(f"config key '{key}': harness='expanded' runs LightGCN clients of one user each "
+                              f"with BPR and full ranking ({key}={value!r}), got {cfg[key]!r}")
+
+
+HARNESSES = {
+    "silo": Harness("silo", "a logical client holds one or more users and one model"),
+    "one-user": Harness("one-user", "one user per client, its own full item table, evaluated with its own "
+                        "post-training parameters", ONE_USER_KEYS, check_one_user, evaluates_in_reply=True),
+    "expanded": Harness("expanded", "one user per client, a LightGCN over its expanded local graph, rows of "
+                        "global user and item tables", EXPANDED_KEYS, check_expanded),
+}

@@ -1,0 +1,22 @@
+"""Local: no aggregation and nothing uploaded; every client trains and evaluates its own model
+(the papers' "Local" rows)."""
+
+from corolla.methods import Method
+
+METHODS = [
+    Method("local", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:Local", "client_app.mf:LocalClient",
+           "no aggregation: each silo trains its own model", heterogeneous=True),
+    Method("local", "silo", ("gfcf",), "strategies.fedavg:Local", "client_app.gfcf:LocalGFCFClient",
+           "GF-CF without aggregation: each client predicts R_k F_k from its own data", "FedCIA Table 1 GF-CF local",
+           check=lambda cfg: _full_rank(cfg)),
+    Method("local", "one-user", ("mf", "ncf"), "strategies.fedavg:Local", "client_app.pmf:OneUserClient",
+           "each user trains its own PMF/NCF; nothing is uploaded", "FedCA Table 1 Local row",
+           strategy_options={"fuses_after": False}, client_options={"start_from": "own", "uploads": False}),
+]
+
+
+def _full_rank(cfg):
+    from corolla.keys import ConfigError
+
+    if cfg["protocol"] != "full-rank":
+        raise ConfigError("config key 'protocol': GF-CF scores every item; it needs protocol=full-rank")
