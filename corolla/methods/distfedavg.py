@@ -3,7 +3,7 @@ LightGCN clients over expanded neighbourhoods pull and push rows of global user 
 the server weights each user row's copies by inverse distance (Eq. 3-9)."""
 
 from corolla.keys import Key
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 KEYS = {
     "user-agg": Key("distfedavg", "Dist-FedAvg: rule for user rows (distfedavg, fedavg, simpleavg, fedmedian, fedatt)", ("distfedavg", "fedavg", "simpleavg", "fedmedian", "fedatt")),

@@ -1,7 +1,7 @@
 """FCF / SimpleAvg (Ammad-ud-din et al. 2019): the unweighted mean of the clients' uploads, as
 the FedCA and Dist-FedAvg papers use it (spec FEDCIA_FEDCA B5, LPSFED_DISTFEDAVG B4)."""
 
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 METHODS = [
     Method("fcf", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FCF", "client_app.mf:FedAvgClient",

@@ -2,7 +2,7 @@
 softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I)."""
 
 from corolla.keys import Key
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 KEYS = {
     "fedatt-epsilon": Key(1.0, "FedAtt: step size ε"),

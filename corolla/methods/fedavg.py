@@ -9,7 +9,7 @@
 * ``expanded``: FedAvg of the user and item rows on Dist-FedAvg's harness (spec B4).
 """
 
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 from corolla.methods.lpsfed import check as lgcn_check
 
 METHODS = [

@@ -3,7 +3,7 @@ item tables and a subspace descriptor; the server solves a simplex QP per client
 weights of size, similarity and complementarity) and sends each a personalised aggregate."""
 
 from corolla.keys import ConfigError, Key
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 KEYS = {
     "agg-fraction": Key(0.1, "FedCA: fraction of the round's clients drawn for aggregation (int(f·n), at least 1)"),

@@ -3,7 +3,7 @@ item–item similarity matrices (M×M, or truncated-SVD factors) and GF-CF filte
 them and sends the global similarity back; parameter models fine-tune towards it (Eq. 6)."""
 
 from corolla.keys import ConfigError, Key
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 KEYS = {
     "svd-number": Key(32, "GF-CF: rows k of the ideal low-pass filter"),

@@ -1,7 +1,7 @@
 """FedMedian (Yin et al. 2018; spec LPSFED_DISTFEDAVG B4): the coordinate-wise median of each
 user and item row's copies, on Dist-FedAvg's expanded harness."""
 
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 METHODS = [
     Method("fedmedian", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",

@@ -6,7 +6,7 @@ is FedAvg exactly (a test). None of the five papers ships it; it is the walk-thr
 """
 
 from corolla.keys import ConfigError, Key
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 KEYS = {
     "fedprox-mu": Key(0.01, "FedProx: μ of the proximal term (μ/2)·‖w − w_global‖² over the shared parameters (0 = FedAvg)"),

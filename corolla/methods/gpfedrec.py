@@ -2,7 +2,7 @@
 server builds the user graph from the uploaded item tables and sends each user its
 graph-aggregated table and the global one. Reads UFGraphFR's graph keys."""
 
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 from corolla.methods.ufgraphfr import check
 
 METHODS = [

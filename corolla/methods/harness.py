@@ -11,7 +11,7 @@ shares.
 """
 
 from corolla.keys import ConfigError, Key
-from corolla.methods import Harness
+from corolla.methods.declaration import Harness
 
 ONE_USER_KEYS = {
     "lr-mlp": Key(0.01, "one-user harness: Adam learning rate of the NCF tower (lr_structure)"),

@@ -1,7 +1,7 @@
 """Local: no aggregation and nothing uploaded; every client trains and evaluates its own model
 (the papers' "Local" rows)."""
 
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 METHODS = [
     Method("local", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:Local", "client_app.mf:LocalClient",

@@ -3,7 +3,7 @@ clients send their MLPs and spectral scalars (KL similarity ρ_c, margin M_c); t
 the MLPs per client by closeness to a reference graph's kernel (Eq. 11-15)."""
 
 from corolla.keys import ConfigError, Key
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 KEYS = {
     "lgcn-layers": Key(2, "LGCN: low-pass convolution layers"),

@@ -2,7 +2,7 @@
 Linear(d, 1) per user, no user embedding; the server averages the item tables (unweighted)."""
 
 from corolla.keys import Key
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 KEYS = {
     "pfedrec-lr-eta": Key(80.0, "PFedRec: item-table learning rate = lr · n_items · pfedrec-lr-eta"),

