@@ -26,12 +26,17 @@ from corolla.methods.declaration import Harness, Method
 __all__ = ["Harness", "Method", "check", "find", "harnesses", "lookup", "method_keys", "names", "owner_keys", "table"]
 
 
-def _modules():
-    from corolla.methods import (distfedavg, fcf, fedatt, fedavg, fedca, fedcia, fedmedian, fedprox, gpfedrec,
-                                 local, lpsfed, pfedrec, ufgraphfr)
+NOT_METHODS = {"declaration", "harness"}
 
-    return (fedavg, fcf, fedatt, fedprox, local, fedcia, fedca, pfedrec, ufgraphfr, gpfedrec, distfedavg,
-            fedmedian, lpsfed)
+
+def _modules():
+    """Every module of this package that declares methods (``METHODS``), in name order: adding a
+    method is adding its module, nothing here changes."""
+    import importlib
+    import pkgutil
+
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in NOT_METHODS)
+    return tuple(importlib.import_module(f"{__name__}.{n}") for n in names)
 
 
 def table() -> list[Method]:
@@ -49,10 +54,11 @@ def method_keys() -> dict[str, tuple[str, Key]]:
     """Every key a method or harness module declares: ``{key: (owner, Key)}``. A key is declared
     once (its owner); other methods that read it name the owner in ``key_owners``."""
     out: dict[str, tuple[str, Key]] = {}
-    for owner, keys in [(f"harness {h.name}", h.keys) for h in harnesses().values()] + \
-                       [(mod.__name__.rsplit(".", 1)[1], getattr(mod, "KEYS", {})) for mod in _modules()]:
+    declared = [(f"harness {h.name}", h.keys) for h in harnesses().values()]
+    declared += [(mod.__name__.rsplit(".", 1)[1], m.keys) for mod in _modules() for m in mod.METHODS]
+    for owner, keys in declared:
         for k, spec in keys.items():
-            if k in out:
+            if k in out and out[k] != (owner, spec):
                 raise RuntimeError(f"config key '{k}' is declared by {out[k][0]} and {owner}")
             out[k] = (owner, spec)
     return out

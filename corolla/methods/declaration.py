@@ -20,7 +20,7 @@ class Harness:
     evaluates_in_reply: bool = False   # clients send their own post-training metrics with the upload
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Method:
     """One method on one harness."""
     name: str

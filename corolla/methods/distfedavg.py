@@ -23,5 +23,5 @@ KEYS = {
 METHODS = [
     Method("distfedavg", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient",
-           "inverse-distance weighted user rows (user-agg), item rows by item-agg", "Dist-FedAvg Table 3"),
+           "inverse-distance weighted user rows (user-agg), item rows by item-agg", "Dist-FedAvg Table 3", keys=KEYS),
 ]

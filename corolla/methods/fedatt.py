@@ -12,11 +12,11 @@ KEYS = {
 
 METHODS = [
     Method("fedatt", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedatt:FedAtt", "client_app.mf:FedAvgClient",
-           "attention-weighted step of the global parameters towards the clients'"),
+           "attention-weighted step of the global parameters towards the clients'", keys=KEYS),
     Method("fedatt", "one-user", ("mf", "ncf"), "strategies.fedatt:FedAtt", "client_app.pmf:OneUserClient",
            "FedAtt of the one-user clients' item tables", "FedCA Table 1 FedAtt row",
-           client_options={"start_from": "global"}),
+           client_options={"start_from": "global"}, keys=KEYS),
     Method("fedatt", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient", "FedAtt of each user and item row",
-           "Dist-FedAvg Table 3 FedAtt row", key_owners=("distfedavg",), strategy_options={"rule": "fedatt"}),
+           "Dist-FedAvg Table 3 FedAtt row", key_owners=("distfedavg",), strategy_options={"rule": "fedatt"}, keys=KEYS),
 ]

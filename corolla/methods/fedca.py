@@ -32,5 +32,5 @@ def check(cfg):
 METHODS = [
     Method("fedca", "one-user", ("mf", "ncf"), "strategies.fedca:FedCA", "client_app.fedca:FedCAClient",
            "composite aggregation: personalised item tables from a simplex QP per client",
-           "FedCA Table 1 (PMF and NCF backbones)", check=check),
+           "FedCA Table 1 (PMF and NCF backbones)", check=check, keys=KEYS),
 ]

@@ -21,5 +21,5 @@ def check(cfg):
 METHODS = [
     Method("fedprox", "silo", ("mf", "ncf"), "strategies.fedavg:FedAvg", "client_app.fedprox:FedProxClient",
            "FedAvg with a proximal term μ/2‖w − w_global‖² in the local loss", "Li et al. 2020, Eq. 2",
-           check=check),
+           check=check, keys=KEYS),
 ]

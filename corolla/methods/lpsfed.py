@@ -37,5 +37,5 @@ def check(cfg):
 METHODS = [
     Method("lpsfed", "silo", ("lgcn",), "strategies.lpsfed:LPSFed", "client_app.lpsfed:LPSFedClient",
            "LGCN subgraph clients; MLPs mixed per client by spectral similarity to a reference graph",
-           "LPSFed Tables 1 and 4", check=check),
+           "LPSFed Tables 1 and 4", check=check, keys=KEYS),
 ]

@@ -12,5 +12,5 @@ METHODS = [
     Method("pfedrec", "one-user", ("pfedrec",), "strategies.pfedrec:PFedRec", "client_app.pfedrec:PFedRecClient",
            "item table + personal score function; the unweighted mean of the item tables",
            "UFGraphFR Table 2 PFedRec row",
-           requires={"optimizer": "sgd"}),
+           requires={"optimizer": "sgd"}, keys=KEYS),
 ]

@@ -41,5 +41,5 @@ METHODS = [
     Method("ufgraphfr", "one-user", ("ufgraphfr",), "strategies.ufgraphfr:GraphAggregation",
            "client_app.ufgraphfr:GraphClient",
            "user graph from the uploaded W_u; graph-aggregated item tables back", "UFGraphFR Table 2", check=check,
-           requires={"optimizer": "sgd"}),
+           requires={"optimizer": "sgd"}, keys=KEYS),
 ]
