@@ -36,12 +36,12 @@ import flwr.app, flwr.clientapp
 t1 = time.perf_counter()
 from client_app.app import handle
 t2 = time.perf_counter()
-from flwr.app import ConfigRecord, RecordDict
 from corolla.config import resolve
+from corolla.messages import PhaseRequest, RunInfo, config_hash
+from flower_io.records import to_records
 cfg = resolve(sys.argv[1], {"num-rounds": 1})
-conf = {"phase": "handshake", "round": 0, "clients": "[]", "restore-round": 0, "run-key": "bench",
-        "cfg": json.dumps(cfg), "state-dir": sys.argv[3], "data-dir": sys.argv[2]}
-rep = handle(RecordDict({"config": ConfigRecord(conf)}), {"partition-id": 0, "num-partitions": 2})
+req = PhaseRequest("handshake", 0, [], RunInfo("bench", config_hash(cfg), sys.argv[3], sys.argv[2]), cfg=cfg)
+rep = handle(to_records(req.encode()), {"partition-id": 0, "num-partitions": 2}, {})
 t3 = time.perf_counter()
 from client_app import registry
 registry.client_class(cfg)   # the method's client module

@@ -1,71 +1,80 @@
-"""The Flower ClientApp: converts messages to plain dicts, runs :class:`NodeHost`, converts back."""
+"""The Flower ClientApp: a message's records to a ``corolla.messages.PhaseRequest``, the node's work
+(:class:`client_app.host.NodeHost`), the ``PhaseReply`` back to records.
+
+The run config arrives once per node and run, in the handshake; the node keeps it in Flower's
+``context.state`` (which a SuperNode keeps across the messages of one run, also when each message
+starts a new ClientApp process) and checks every later message's ``cfg-hash`` against it.
+"""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app.host import NodeHost
-from corolla.protocol import dumps_per_client, pack, unpack
+from corolla.messages import ClientOut, Flat, PhaseReply, PhaseRequest, config_hash
+from flower_io.records import from_records, to_records
 
 app = ClientApp()
+STATE_KEY = "corolla-run"
 
 
-def _arrays(rec: ArrayRecord) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in rec.items()}
+def run_config(req: PhaseRequest, run_state: dict[str, Any]) -> dict[str, Any]:
+    """The run config of ``req``: from the handshake (kept in ``run_state``), else from
+    ``run_state``, checked against the message's hash."""
+    if req.cfg is not None:
+        run_state.clear()
+        run_state.update({"run-key": req.run.run_key, "cfg": json.dumps(req.cfg)})
+        return req.cfg
+    if run_state.get("run-key") != req.run.run_key:
+        raise RuntimeError(f"this node holds no config for run {req.run.run_key} (it has "
+                           f"{run_state.get('run-key') or 'none'}): the server sends it in the handshake, "
+                           f"which this node missed")
+    cfg = json.loads(run_state["cfg"])
+    if req.run.cfg_hash and config_hash(cfg) != req.run.cfg_hash:
+        raise RuntimeError(f"run {req.run.run_key}: the message's config hash {req.run.cfg_hash} is not the "
+                           f"handshake's {config_hash(cfg)}")
+    return cfg
 
 
-def _record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+def _split(out) -> tuple[dict[int, ClientOut], dict[int, str]]:
+    ok = {c: ClientOut(r.payload, r.metrics) for c, r in out.items() if not isinstance(r, str)}
+    return ok, {c: r for c, r in out.items() if isinstance(r, str)}
 
 
-def handle(content: RecordDict, node_config: dict) -> RecordDict:
-    """Pure message handler (also used by the in-process transport); see ``corolla.protocol``."""
-    cfgrec = dict(content["config"])
-    host = NodeHost(node_config, cfgrec)
-    phase = str(cfgrec["phase"])
-    if phase == "handshake":
-        return RecordDict({"node": ConfigRecord(host.handshake(int(cfgrec.get("restore-round", 0))))})
-    targets = [int(c) for c in json.loads(cfgrec["clients"])]
-    shared = _arrays(content["global"]) if "global" in content else {}
-    personal = unpack(_arrays(content["personal"])) if "personal" in content else {}
-    reply = RecordDict()
-    results: dict[str, str] = {}
-    evaluation = None
-    if "eval-round" in cfgrec:   # the fused evaluation of a round
-        ev_targets = [int(c) for c in json.loads(cfgrec["eval-clients"])]
-        how = str(cfgrec.get("eval-shared", "none"))
-        ev_shared = shared if how == "global" else (_arrays(content["eval-global"]) if how == "own" else {})
-        ev_personal = unpack(_arrays(content["eval-personal"])) if "eval-personal" in content else {}
-        evaluation = (int(cfgrec["eval-round"]), ev_targets, ev_shared, ev_personal)
-    if evaluation is not None and cfgrec.get("eval-when") == "before":
-        _put(reply, results, "eval-", host.run_phase("evaluate", *evaluation))
-    if targets:
-        _put(reply, results, "", host.run_phase(phase, int(cfgrec["round"]), targets, shared, personal))
-    if evaluation is not None and cfgrec.get("eval-when") == "after":
-        _put(reply, results, "eval-", host.run_phase("evaluate", *evaluation))
-    reply["results"] = ConfigRecord(results)
-    return reply
+def handle_flat(flat: Flat, node_config: dict, run_state: dict[str, Any]) -> Flat:
+    """Pure message handler on flat messages (``corolla.messages``)."""
+    req = PhaseRequest.decode(flat)
+    host = NodeHost(node_config, run_config(req, run_state), req.run)
+    if req.phase == "handshake":
+        return host.handshake(req.restore_round).encode()
+    reply = PhaseReply()
+    ev = req.evaluation
+    if ev is not None and ev.when == "before":
+        reply.eval_results, reply.eval_errors = _split(host.run_phase("evaluate", ev.round, ev.clients, ev.shared,
+                                                                      ev.personal))
+    if req.clients:
+        reply.results, reply.errors = _split(host.run_phase(req.phase, req.round, req.clients, req.shared,
+                                                            req.personal))
+    if ev is not None and ev.when == "after":
+        reply.eval_results, reply.eval_errors = _split(host.run_phase("evaluate", ev.round, ev.clients, ev.shared,
+                                                                      ev.personal))
+    return reply.encode()
 
 
-def _put(reply: RecordDict, results: dict[str, str], prefix: str, out) -> None:
-    """The phase's per-client results into the reply: payloads packed, metrics and errors as JSON."""
-    ok = {c: r for c, r in out.items() if not isinstance(r, str)}
-    errors = {c: r for c, r in out.items() if isinstance(r, str)}
-    packed = pack({c: r.payload for c, r in ok.items()})
-    if packed:
-        reply[f"{prefix}payload"] = _record(packed)
-    results[f"{prefix}metrics"] = dumps_per_client(
-        {c: {k: v for k, v in r.metrics.items() if v is not None} for c, r in ok.items()})
-    if errors:
-        results[f"{prefix}errors"] = dumps_per_client(errors)
+def handle(content: RecordDict, node_config: dict, run_state: dict[str, Any]) -> RecordDict:
+    """The handler on Flower's records (the ClientApp's and the in-process transport's)."""
+    return to_records(handle_flat(from_records(content), node_config, run_state))
 
 
 def _reply(msg: Message, context: Context) -> Message:
-    return Message(handle(msg.content, context.node_config), reply_to=msg)
+    state = dict(context.state[STATE_KEY]) if STATE_KEY in context.state else {}
+    out = handle(msg.content, context.node_config, state)
+    context.state[STATE_KEY] = ConfigRecord(state)
+    return Message(out, reply_to=msg)
 
 
 @app.query("handshake")

@@ -22,7 +22,6 @@ upload NaN in their first payload array, ``fault-shape = "5"`` uploads it with o
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -35,6 +34,7 @@ import numpy as np
 from client_app import registry
 from client_app.base import LogicalClient, PhaseResult
 from corolla.data import build_federation, edge_federation
+from corolla.messages import NodeInfo, RunInfo
 from corolla.state import StateStore, truncate
 
 
@@ -57,12 +57,12 @@ class NodeHost:
     """Everything one node does for one message: find its logical clients, run the phase for each,
     persist their state, build the reply (as plain dicts; Flower I/O is in ``client_app.app``)."""
 
-    def __init__(self, node_config: dict[str, Any], msg_config: dict[str, Any]):
+    def __init__(self, node_config: dict[str, Any], cfg: dict[str, Any], run: RunInfo):
         self.node_config = dict(node_config)
-        self.cfg = json.loads(msg_config["cfg"])
-        self.run_key = str(msg_config["run-key"])
-        self.data_dir = self.node_config.get("data-dir") or msg_config.get("data-dir") or None
-        state_root = (self.node_config.get("state-dir") or msg_config.get("state-dir")
+        self.cfg = cfg
+        self.run_key = run.run_key
+        self.data_dir = self.node_config.get("data-dir") or run.data_dir or None
+        state_root = (self.node_config.get("state-dir") or run.state_dir
                       or os.path.join(tempfile.gettempdir(), "corolla-state"))
         self.store = StateStore(state_root, self.run_key)
         self.threads = int(self.node_config.get("threads", 1))
@@ -126,15 +126,13 @@ class NodeHost:
         if cid in parse_id_list(self.node_config.get("fault-shape", "")):
             res.payload[first] = res.payload[first][:-1]
 
-    def handshake(self, restore_round: int) -> dict[str, Any]:
+    def handshake(self, restore_round: int) -> NodeInfo:
         truncate(self.store, list(self.hosted), restore_round)
-        hosted = {str(c): {"users": int(len(u)), "train": int(self.fed.count("train", u))}
-                  for c, u in self.hosted.items()}
+        hosted = {c: {"users": int(len(u)), "train": int(self.fed.count("train", u))} for c, u in self.hosted.items()}
         if self.fed.item_owner is not None:   # subgraph clients: their own item universe
             for c in self.hosted:
-                hosted[str(c)]["items"] = int((self.fed.item_owner == c).sum())
-        return {"hosted": json.dumps(hosted), "n-items": int(self.fed.n_items), "edge": bool(self.edge_file),
-                "auto": self.auto, "data-stats": json.dumps(self.fed.stats)}
+                hosted[c]["items"] = int((self.fed.item_owner == c).sum())
+        return NodeInfo(hosted, int(self.fed.n_items), bool(self.edge_file), self.auto, self.fed.stats)
 
     def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
                   personal: dict[int, dict[str, np.ndarray]]):

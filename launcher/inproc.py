@@ -2,7 +2,7 @@
 
 ``corolla run --mode inproc`` and the fast tests use it. Messages are passed through Flower's
 record types (RecordDict, ArrayRecord, ...) exactly as the real transports pass them, minus the
-Message envelope and the SuperLink, and every node is handled in this process one message after
+Message envelope and the SuperLink (each node keeps its ``context.state`` here), and every node is handled in this process one message after
 another. The numbers equal those of a run through a SuperLink (``tests/test_e2e.py`` checks
 it); it is for sweeps and reproductions on one machine, not a deployment.
 """
@@ -15,6 +15,7 @@ from typing import Any
 from flwr.app import RecordDict
 
 from client_app.app import handle
+from flower_io.records import from_records, to_records
 
 
 class InProcessTransport:
@@ -24,6 +25,7 @@ class InProcessTransport:
         self.nodes = {1000 + 7919 * (i + 1): dict(nc) for i, nc in enumerate(node_configs)}
         self.tamper = tamper
         self.dead: set[int] = set()
+        self.run_states: dict[int, dict[str, Any]] = {}   # each node's context.state (the run config)
 
     def node_ids(self) -> list[int]:
         return sorted(n for n in self.nodes if n not in self.dead)
@@ -38,13 +40,13 @@ class InProcessTransport:
                 yield idx, "error: Node Unavailable"
                 continue
             try:
-                rep = handle(content, self.nodes[node])
+                rep = handle(to_records(content), self.nodes[node], self.run_states.setdefault(node, {}))
             except Exception as e:  # noqa: BLE001
                 yield idx, f"error 2: {e}"
                 continue
             if self.tamper is not None:
                 rep = self.tamper(node, message_type, rep)
-            yield idx, rep
+            yield idx, from_records(rep)
 
 
 def partitions(n: int, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:

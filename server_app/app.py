@@ -28,10 +28,14 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from corolla.config import load_preset, parse_overrides, resolve
+from corolla.messages import RunInfo, config_hash
 from corolla.util import atomic_write_json, dumps
+from server_app.exchange import Exchanger
+from server_app.flower_strategy import FlowerStrategy
 from server_app.results import RunRecorder
+from server_app.roster import Roster
+from server_app.transport import GridTransport, Transport
 from strategies.registry import strategy_class
-from strategies.transport import GridTransport, Transport
 
 app = ServerApp()
 
@@ -66,15 +70,17 @@ def prepare(rc: dict[str, Any]) -> tuple[dict[str, Any], Path, str, str | None, 
 def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
     cfg, out, run_key, preset, paper, meta = prepare(rc)
     strategy = strategy_class(cfg)(cfg)
-    strategy.run_info = {"run-key": run_key, "cfg": json.dumps(cfg),
-                         "state-dir": str(out / "node-state"), "data-dir": str(rc.get("data-dir") or "")}
+    strategy.roster = roster = Roster()
+    run = RunInfo(run_key, config_hash(cfg), str(out / "node-state"), str(rc.get("data-dir") or ""))
+    ex = Exchanger(strategy, roster, transport, run, cfg)
     recorder = RunRecorder(out, cfg, preset, paper)
+    recorder.run_info = run.encode()
     start_round = 1
     if meta is not None:
         _, arrays = RunRecorder.read_checkpoint(out)
         strategy.load_state_dict(arrays)
         recorder.restore(meta)
-        strategy.restore_round = int(meta["round"])
+        ex.restore_round = int(meta["round"])
         start_round = int(meta["round"]) + 1
         log(INFO, "resuming %s after round %d", out, meta["round"])
         if meta.get("stopped_early"):
@@ -84,14 +90,14 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
     status = "completed"
     try:
         if start_round <= cfg["num-rounds"]:
-            strategy.start(None, transport=transport, recorder=recorder, start_round=start_round)
+            FlowerStrategy(strategy, ex, recorder).start(start_round=start_round)
         else:
-            strategy.handshake(transport, transport.node_ids())
-        recorder.data_stats = {**strategy.data_stats,
-                               "clients": {str(c): v for c, v in sorted(strategy.clients.items())}
+            ex.handshake(transport.node_ids())
+        recorder.data_stats = {**roster.data_stats,
+                               "clients": {str(c): v for c, v in sorted(roster.clients.items())}
                                if cfg.get("report-per-client") else {}}
         if cfg["export-topk"] > 0:
-            export_topk(strategy, transport, out, recorder.history[-1]["round"] if recorder.history else 0)
+            export_topk(strategy, ex, out, recorder.history[-1]["round"] if recorder.history else 0)
     except BaseException:
         status = "failed"
         log(ERROR, "run failed:\n%s", traceback.format_exc())
@@ -109,12 +115,12 @@ def wait_for_nodes(transport: Transport, n: int, timeout: float = 120.0) -> None
     log(INFO, "%d SuperNodes connected", len(transport.node_ids()))
 
 
-def export_topk(strategy, transport: Transport, out: Path, last_round: int) -> None:
+def export_topk(strategy, ex: Exchanger, out: Path, last_round: int) -> None:
     """Ask every available client for its users' top-K with its models after ``last_round`` (the
     last recorded round: a round trained before an early stop is not used) and write ``topk.jsonl``."""
     targets = strategy.available()
     shared, personal = strategy.evaluate_download(last_round, targets)
-    results, _, _ = strategy.exchange(transport, "topk", last_round, targets, shared, personal)
+    results, _, _ = ex.exchange("topk", last_round, targets, shared, personal)
     lines = []
     for cid in sorted(results):
         m: dict[str, Any] = results[cid].metrics

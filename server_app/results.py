@@ -39,6 +39,7 @@ class RunRecorder:
         self.stopped_early = False
         self.discarded: list[dict[str, Any]] = []  # phases sent but not used (after an early stop)
         self.data_stats: dict[str, Any] = {}        # what the nodes reported about the data (partition)
+        self.run_info: dict[str, Any] = {}          # run key, state and data folders, config hash
 
     # ---------------------------------------------------------------- per phase / round
     def progress(self, rnd: int, phase: str, stats, ok: int, targets: int) -> None:
@@ -116,7 +117,7 @@ class RunRecorder:
 
     # ---------------------------------------------------------------- checkpoint / resume
     def checkpoint(self, strategy, rnd: int) -> None:
-        meta = {"round": rnd, "history": self.history, "run_info": strategy.run_info,
+        meta = {"round": rnd, "history": self.history, "run_info": self.run_info,
                 "wall_s": self.wall_before + time.time() - self.t_start, "stopped_early": self.stopped_early}
         arrays = dict(strategy.state_dict())
         arrays["__meta__"] = np.frombuffer(dumps(meta).encode(), np.uint8)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("corolla", "server_app", "strategies", "client_app", "launcher")
+PACKAGES = ("corolla", "flower_io", "server_app", "strategies", "client_app", "launcher")
 
 
 def test_import_linter_contracts_kept():

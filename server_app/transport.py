@@ -4,8 +4,9 @@
 ``Grid``. Instead of ``Grid.send_and_receive`` (which sleeps 3 s between polls) it pushes all
 messages and polls for replies every ``poll_s`` seconds until all replied or ``timeout`` passed.
 
-``exchange`` takes messages ``(node, content)`` (a node may get several) and yields
-``(message index, reply)`` as replies arrive (a failed message yields an error string), so
+``exchange`` takes flat messages ``(node, content)`` (``corolla.messages``; a node may get several)
+and yields ``(message index, flat reply)`` as replies arrive (a failed message yields an error
+string), so
 that a strategy can fold each reply into a running aggregate and drop it: server memory then does
 not grow with the number of nodes or logical clients.
 """
@@ -15,8 +16,11 @@ from __future__ import annotations
 import time
 from typing import Iterator, Protocol
 
-from flwr.app import Message, RecordDict
+from flwr.app import Message
 from flwr.serverapp import Grid
+
+from corolla.messages import Flat
+from flower_io.records import from_records, to_records
 
 
 TIMEOUT_PREFIX = "no reply within"
@@ -25,8 +29,8 @@ TIMEOUT_PREFIX = "no reply within"
 class Transport(Protocol):
     def node_ids(self) -> list[int]: ...
 
-    def exchange(self, messages: list[tuple[int, RecordDict]], message_type: str,
-                 timeout: float) -> Iterator[tuple[int, RecordDict | str]]: ...
+    def exchange(self, messages: list[tuple[int, Flat]], message_type: str,
+                 timeout: float) -> Iterator[tuple[int, Flat | str]]: ...
 
 
 class GridTransport:
@@ -38,9 +42,9 @@ class GridTransport:
     def node_ids(self) -> list[int]:
         return sorted(int(n) for n in self.grid.get_node_ids())
 
-    def exchange(self, messages: list[tuple[int, RecordDict]], message_type: str,
-                 timeout: float) -> Iterator[tuple[int, RecordDict | str]]:
-        msgs = [Message(content=c, dst_node_id=n, message_type=message_type) for n, c in messages]
+    def exchange(self, messages: list[tuple[int, Flat]], message_type: str,
+                 timeout: float) -> Iterator[tuple[int, Flat | str]]:
+        msgs = [Message(content=to_records(c), dst_node_id=n, message_type=message_type) for n, c in messages]
         ids = list(self.grid.push_messages(msgs))
         node_of = {mid: i for i, mid in enumerate(ids)}  # message id -> index in ``messages``
         pending = set(ids)
@@ -56,7 +60,7 @@ class GridTransport:
                     pending.discard(mid)
                     got = True
                     n = node_of[mid]
-                    yield n, (f"error {rep.error.code}: {rep.error.reason}" if rep.has_error() else rep.content)
+                    yield n, (f"error {rep.error.code}: {rep.error.reason}" if rep.has_error() else from_records(rep.content))
             if pending and not got:
                 time.sleep(self.poll_s)
         for mid in sorted(pending):

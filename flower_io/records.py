@@ -1,0 +1,36 @@
+"""Flat messages (``corolla.messages``: record name -> dict of scalars or of numpy arrays) to
+Flower's ``RecordDict`` and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+
+def to_records(flat: dict[str, dict[str, Any]]) -> RecordDict:
+    """A dict of arrays becomes an ``ArrayRecord`` (``.npy`` per array, Flower's ``Array``), a dict
+    of scalars a ``ConfigRecord``."""
+    rd = RecordDict()
+    for name, rec in flat.items():
+        if rec and all(isinstance(v, np.ndarray) for v in rec.values()):
+            rd[name] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in rec.items()})
+        else:
+            rd[name] = ConfigRecord(dict(rec))
+    return rd
+
+
+def from_records(rd: RecordDict) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, rec in rd.items():
+        if isinstance(rec, ArrayRecord):
+            out[name] = {k: v.numpy() for k, v in rec.items()}
+        else:
+            out[name] = dict(rec)
+    return out
+
+
+def record_bytes(rd: RecordDict) -> int:
+    """Bytes of every array a message's records carry (serialised ``.npy``, header included)."""
+    return sum(len(a.data) for rec in rd.values() if isinstance(rec, ArrayRecord) for a in rec.values())

@@ -1,0 +1,219 @@
+"""One phase over the nodes: a strategy's per-client downloads grouped into one message per node
+(``corolla.messages``), exchanged through a transport, every reply validated per logical client.
+
+A node gets one message with all its targeted logical clients, or several of at most
+``clients-per-message`` clients each (which bounds message size and server memory); the shared
+arrays travel once per message, an evaluation carried by the message (fused evaluation) reuses
+them when they are the same arrays (``eval-shared = global``). Every reply payload is validated
+(keys, shape, dtype, finite values; ``corolla.protocol.validate_payload``) against the strategy's
+``expected_payload`` before the strategy sees it; an invalid payload, or a logical client that
+raised, is logged with its id and excluded, never crashes the run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+
+from corolla.messages import ClientOut, EvalPart, PhaseReply, PhaseRequest, RunInfo
+from corolla.protocol import PayloadError, payload_size, validate_payload
+from server_app.roster import Roster
+from server_app.transport import TIMEOUT_PREFIX, Transport
+from strategies.base import ClientResult, CorollaStrategy
+
+
+def message_type(phase: str) -> str:
+    """Flower message type of a phase: every training phase is a ``train`` message (the phase
+    name travels in the config), evaluation ``evaluate``, handshake/top-K ``query.<name>``."""
+    if phase == "evaluate":
+        return "evaluate"
+    if phase in ("handshake", "topk"):
+        return f"query.{phase}"
+    return "train"
+
+
+@dataclass
+class PhaseStats:
+    name: str
+    bytes_up: int = 0
+    bytes_down: int = 0
+    wall_s: float = 0.0
+    replies: int = 0
+    compute_s: float = 0.0  # the largest per-node sum of the clients' own phase time
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
+                "wall_s": round(self.wall_s, 4), "compute_s": round(self.compute_s, 4),
+                "replies": self.replies, "excluded": self.excluded}
+
+
+@dataclass
+class EvalRequest:
+    """The evaluation of round ``rnd`` by ``targets`` with downloads ``shared``/``personal``, run
+    ``before`` or ``after`` the phase of the message that carries it; ``available``: the clients
+    available when it was requested."""
+    rnd: int
+    targets: list[int]
+    shared: dict[str, np.ndarray]
+    personal: dict[int, dict[str, np.ndarray]]
+    when: str = "before"
+    available: set[int] = field(default_factory=set)
+
+
+def same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    """Whether two array dicts hold the same keys and values (so they are sent once)."""
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if x is y:
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y):
+            return False
+    return True
+
+
+class Exchanger:
+    """Builds, sends and validates the messages of a run's phases."""
+
+    def __init__(self, strategy: CorollaStrategy, roster: Roster, transport: Transport, run: RunInfo,
+                 cfg: dict[str, Any]):
+        self.strategy, self.roster, self.transport, self.run, self.cfg = strategy, roster, transport, run, cfg
+        self.restore_round = 0        # a node that joins drops client state newer than this round
+        self.reply_evals: dict[int, ClientResult] = {}   # this round's metrics sent with training
+
+    # ------------------------------------------------------------------ requests
+    def handshake_request(self) -> dict:
+        """The handshake message: the only one that carries the run config."""
+        return PhaseRequest("handshake", 0, [], self.run, restore_round=self.restore_round, cfg=self.cfg).encode()
+
+    def handshake(self, node_ids: list[int]) -> None:
+        self.roster.handshake(self.transport, node_ids, self.handshake_request, self.cfg["phase-timeout"])
+
+    def refresh(self) -> None:
+        self.roster.refresh(self.transport, self.handshake_request, self.cfg["phase-timeout"])
+
+    def build(self, phase: str, rnd: int, targets: list[int], shared, personal,
+              ev: EvalRequest | None = None) -> tuple[list[tuple[int, PhaseRequest]], int]:
+        """Requests ``(node, request)`` for ``targets`` (and the evaluation ``ev`` carried with
+        them); returns (requests, bytes down)."""
+        out: list[tuple[int, PhaseRequest]] = []
+        tset = set(targets)
+        eset = set(ev.targets) if ev is not None else set()
+        how = "none"
+        if ev is not None and ev.shared:
+            how = "global" if shared and same_arrays(ev.shared, shared) else "own"
+        cpm = int(self.cfg.get("clients-per-message", 0) or 0)
+        for node, cids in sorted(self.roster.nodes.items()):
+            mine = [c for c in cids if c in tset or c in eset]
+            if node in self.roster.dead_nodes or not mine:
+                continue
+            for chunk in ([mine[i:i + cpm] for i in range(0, len(mine), cpm)] if cpm > 0 else [mine]):
+                train = [c for c in chunk if c in tset]
+                evs = [c for c in chunk if c in eset]
+                req = PhaseRequest(phase, rnd, train, self.run, restore_round=self.restore_round,
+                                   personal={c: personal[c] for c in train if personal.get(c)})
+                if shared and (train or (evs and how == "global")):
+                    req.shared = shared
+                if evs:
+                    assert ev is not None
+                    req.evaluation = EvalPart(ev.rnd, evs, ev.when, how, ev.shared if how == "own" else {},
+                                              {c: ev.personal[c] for c in evs if ev.personal.get(c)})
+                out.append((node, req))
+        return out, sum(r.bytes_down() for _, r in out)
+
+    # ------------------------------------------------------------------ replies
+    def _client_result(self, phase: str, c: int, reply_part: tuple[dict[int, ClientOut], dict[int, str]],
+                       stats: PhaseStats) -> ClientResult | None:
+        """The validated result of logical client ``c`` (None: excluded, the reason in ``stats``)."""
+        results, errors = reply_part
+        if c in errors:
+            err = str(errors[c])
+            log(WARNING, "logical client %s raised in phase %s; excluded:\n%s", c, phase, err)
+            stats.excluded.append({"client": c, "reason": err.strip().splitlines()[-1][:300]})
+            return None
+        if c not in results:
+            stats.excluded.append({"client": c, "reason": "no reply record"})
+            return None
+        payload = results[c].payload
+        stats.bytes_up += payload_size(payload)
+        mets = dict(results[c].metrics)
+        try:
+            if phase not in ("evaluate", "topk"):
+                validate_payload(payload, self.strategy.expected_payload(phase, c))
+                n = mets.get("num-examples", 0)
+                if not (isinstance(n, (int, float)) and math.isfinite(n) and n >= 0):
+                    raise PayloadError(f"num-examples: expected a finite number >= 0, got {n!r}")
+        except PayloadError as e:
+            log(WARNING, "logical client %s: invalid payload in phase %s (%s); excluded", c, phase, e)
+            stats.excluded.append({"client": c, "reason": f"invalid payload: {e}"})
+            return None
+        return ClientResult(payload, mets)
+
+    def parse(self, phase: str, sent: list[tuple[int, PhaseRequest]], replies, stats: PhaseStats,
+              rnd: int = 0) -> tuple[dict[int, ClientResult], dict[int, ClientResult]]:
+        """Validate replies (an iterable of ``(message index, flat reply | error text)``); returns
+        the valid results of the phase and of the evaluation the messages carried."""
+        out: dict[int, ClientResult] = {}
+        evals: dict[int, ClientResult] = {}
+        for idx, rep in replies:
+            node, req = sent[idx]
+            cids = req.clients
+            ecids = req.evaluation.clients if req.evaluation is not None else []
+            if isinstance(rep, str):
+                gone = sorted(set(cids) | set(ecids))
+                if rep.startswith(TIMEOUT_PREFIX):
+                    # slow or gone: this phase loses its contribution; it is asked again next round
+                    # unless the SuperLink has dropped it from the node list by then
+                    log(WARNING, "node %s: %s in phase %s; its logical clients %s are excluded from "
+                        "this phase", node, rep, phase, gone)
+                else:
+                    log(WARNING, "node %s failed in phase %s (%s); its logical clients %s are excluded "
+                        "from this run", node, phase, rep.splitlines()[0] if rep else rep, gone)
+                    self.roster.dead_nodes.add(node)
+                stats.excluded += [{"client": c, "reason": f"node failed: {rep[:200]}"} for c in gone]
+                continue
+            stats.replies += 1
+            try:
+                reply = PhaseReply.decode(rep, evaluation=bool(ecids))
+            except (PayloadError, ValueError, KeyError) as e:
+                log(WARNING, "node %s: malformed reply in phase %s (%s); its logical clients %s are excluded",
+                    node, phase, e, sorted(set(cids) | set(ecids)))
+                stats.excluded += [{"client": c, "reason": f"malformed reply: {e}"} for c in sorted(set(cids) | set(ecids))]
+                continue
+            node_compute = sum(float(r.metrics.get("compute-s", 0.0))
+                               for part in (reply.eval_results, reply.results) for r in part.values())
+            for c in ecids:
+                res = self._client_result("evaluate", c, (reply.eval_results, reply.eval_errors), stats)
+                if res is not None:
+                    evals[c] = res
+            for c in cids:
+                res = self._client_result(phase, c, (reply.results, reply.errors), stats)
+                if res is not None:
+                    if phase not in ("evaluate", "topk"):
+                        mets = {k: v for k, v in res.metrics.items() if k.startswith(("valid/", "test/"))}
+                        if mets:   # a client that evaluates its post-training model in its reply
+                            self.reply_evals[c] = ClientResult({}, mets)
+                    out[c] = self.strategy.accept(phase, rnd, c, res)
+            stats.compute_s = max(stats.compute_s, node_compute)
+        return out, evals
+
+    def exchange(self, phase: str, rnd: int, targets: list[int], shared, personal, ev: EvalRequest | None = None
+                 ) -> tuple[dict[int, ClientResult], PhaseStats, dict[int, ClientResult]]:
+        """One phase: build the messages, exchange them, validate the replies. Returns the phase's
+        results, its stats and the results of the evaluation ``ev`` it carried."""
+        t0 = time.perf_counter()
+        stats = PhaseStats(phase if ev is None else f"{phase}+evaluate")
+        sent, stats.bytes_down = self.build(phase, rnd, targets, shared, personal, ev)
+        replies = self.transport.exchange([(n, r.encode()) for n, r in sent], message_type(phase),
+                                          self.cfg["phase-timeout"]) if sent else []
+        results, evals = self.parse(phase, sent, replies, stats, rnd)
+        stats.wall_s = time.perf_counter() - t0
+        return results, stats, evals
