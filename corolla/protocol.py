@@ -1,21 +1,5 @@
-"""The wire protocol between the strategy and the nodes, independent of Flower.
-
-One message per node and phase (a round is one phase for most methods; see fused evaluation
-below). Its ``RecordDict`` holds
-
-* ``config``   (ConfigRecord): ``phase``, ``round``, ``run-key``, ``cfg`` (the resolved run config
-  as JSON), ``clients`` (JSON list of the targeted logical client ids), ``state-dir``, ``data-dir``,
-  ``restore-round``;
-* ``global``   (ArrayRecord, optional): arrays every targeted logical client receives (sent once per
-  node);
-* ``personal`` (ArrayRecord, optional): arrays for single logical clients (personalised downloads),
-  packed (:func:`pack`).
-
-The reply holds ``payload`` (ArrayRecord, the hosted targeted clients' uploads, packed) and
-``results`` (ConfigRecord: ``metrics``, JSON ``{cid: {"num-examples": n, "valid/<metric>":
-[per-user values], ...}}``, and ``errors``, JSON ``{cid: traceback}`` of the clients that
-raised). The handshake reply holds ``node`` (ConfigRecord ``hosted``: JSON ``{cid: {"users": n,
-"train": n}}``, ``n-items``).
+"""Payload encoding shared by both sides: packing per-client arrays into stacks, their byte
+counts and their validation. The message layout itself is ``corolla.messages``.
 
 **Packing.** Flower 1.39 moves every array of a message as an object of its own (one RPC per
 object at every hop), so a node's reply with one record per logical client costs thousands of
@@ -24,15 +8,6 @@ same keys, shapes and dtypes form groups ``g`` of at most 8 MB, whose ``g<g>/<ke
 arrays along a new first axis (in client-id order) and ``g<g>/cids`` their ids. The server unpacks them into the
 same per-client payloads before validation: what crosses the network is each client's payload,
 nothing summed or mixed.
-
-**Fused evaluation.** A phase message may also carry the evaluation of a round, so that a round
-costs one exchange per node: config ``eval-round`` (the round whose models are evaluated),
-``eval-clients`` (JSON list), ``eval-when`` (``before``: evaluate first, then run the phase, the
-previous round's evaluation travelling with the next round's message; ``after``: run the phase,
-then evaluate its result) and ``eval-shared`` (``own``: the arrays are in ``eval-global``;
-``global``: the evaluation uses the phase's own ``global`` arrays, sent once; ``none``). Per-client
-evaluation downloads are packed in ``eval-personal``; the reply's ``results`` then also holds
-``eval-metrics`` and ``eval-errors``.
 
 **Bytes** are counted per logical client as the serialised ``.npy`` size of each of its arrays
 (data plus header, :func:`npy_size`), as if it were sent alone, and shared ``global`` arrays once
