@@ -58,6 +58,16 @@ def parse(path: Path) -> dict:
     return out
 
 
+def _round(x):
+    if isinstance(x, float):
+        return float(f"{x:.5g}")
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    return x
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("logdir", type=Path)
@@ -79,7 +89,7 @@ def main() -> None:
                                for k in ("recall@20", "ndcg@20")} if done else {},
         "per_run": runs,
     }
-    a.out.write_text(json.dumps(res, indent=1) + "\n")
+    a.out.write_text(json.dumps(_round(res)) + "\n")
     print(json.dumps({k: res[k] for k in ("method", "runs", "metrics", "metrics_sd", "last_epoch_metrics")}))
 
 
