@@ -28,15 +28,17 @@ GOLDEN = ROOT / "tests" / "golden" / "presets.json"
 COMMON = "num-rounds=2 eval-every=1 patience=0"
 # presets sized for a GPU or for minutes of CPU per round: fewer clients, epochs or steps
 REDUCE = {
-    "fedcia-mf-ml100k": "local-epochs=1 finetune-steps=5",
-    "fedcia-hetero-arch-ml100k": "local-epochs=1 finetune-steps=5",
-    "fedcia-hetero-size-ml100k": "local-epochs=1 finetune-steps=5",
-    "fedcia-hetero-arch-ml100k-cpu": "local-epochs=1 finetune-steps=5",
-    "fedcia-hetero-size-ml100k-cpu": "local-epochs=1 finetune-steps=5",
-    "fedcia-mf-ml100k-cpu": "local-epochs=1 finetune-steps=5",
-    "fedcia-lightgcn-ml100k": "local-epochs=1 finetune-steps=5",
-    "fedcia-mf-ml100k-943": "local-epochs=1 finetune-steps=5",
-    "fedcia-mlp-ml100k-943": "local-epochs=1 finetune-steps=5",
+    # FedCIA uploads an M x M similarity per client (11 MB at M = 1,682): 10 of the 100 clients a
+    # round, a few fine-tuning steps; one-user FedCIA (943 clients) 16 a round with SVD factors
+    "fedcia-mf-ml100k": "local-epochs=1 finetune-steps=5 clients-per-round=10",
+    "fedcia-hetero-arch-ml100k": "local-epochs=1 finetune-steps=5 clients-per-round=10",
+    "fedcia-hetero-size-ml100k": "local-epochs=1 finetune-steps=5 clients-per-round=10",
+    "fedcia-hetero-arch-ml100k-cpu": "local-epochs=1 finetune-steps=5 clients-per-round=10",
+    "fedcia-hetero-size-ml100k-cpu": "local-epochs=1 finetune-steps=5 clients-per-round=10",
+    "fedcia-mf-ml100k-cpu": "local-epochs=1 finetune-steps=5 clients-per-round=10",
+    "fedcia-lightgcn-ml100k": "local-epochs=1 finetune-steps=5 clients-per-round=10",
+    "fedcia-mf-ml100k-943": "local-epochs=1 finetune-steps=5 clients-per-round=16 fedcia-upload=svd svd-rank=8",
+    "fedcia-mlp-ml100k-943": "local-epochs=1 finetune-steps=5 clients-per-round=16 fedcia-upload=svd svd-rank=8",
     # Gowalla's LGCN bases take minutes per client on a CPU: the same configuration on ML-100K
     "lpsfed-gowalla": "local-epochs=1 dataset=ml-100k split=ratio split-ratios=0.81,0.09,0.1",
     "fedavg-lgcn-gowalla": "local-epochs=1 dataset=ml-100k split=ratio split-ratios=0.81,0.09,0.1",
