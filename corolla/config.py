@@ -221,8 +221,7 @@ def resolve(preset: str | None, overrides: dict[str, Any] | None = None,
     if preset:
         layers.append((f"preset '{preset}'", load_preset(preset).config))
     if config_file:
-        with open(config_file, "rb") as fh:
-            layers.append((f"config file {config_file}", tomllib.load(fh)))
+        layers.append((f"config file {config_file}", load_config_file(config_file)))
     if overrides:
         layers.append(("overrides", overrides))
     for where, layer in layers:
@@ -232,6 +231,24 @@ def resolve(preset: str | None, overrides: dict[str, Any] | None = None,
             cfg[k] = _coerce(k, v)
     validate(cfg)
     return cfg
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """A ``--config`` TOML file of config keys; a missing or unreadable file or invalid TOML is a
+    :class:`ConfigError` naming the file and the reason."""
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file (expected a TOML file of config keys, "
+                          f"e.g. 'num-rounds = 5')") from None
+    except OSError as e:
+        raise ConfigError(f"--config {path}: cannot read it ({e.strerror})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"--config {path}: not valid TOML ({e})") from None
+    if "config" in doc and isinstance(doc["config"], dict) and set(doc) <= {"preset", "config", "paper"}:
+        return doc["config"]   # a preset file works as a config file too
+    return doc
 
 
 def int_list(cfg: dict[str, Any], key: str) -> list[int]:

@@ -46,8 +46,11 @@ def test_gfcf_drop_null_rows_uses_only_the_row_space():
 
 
 def test_streaming_server_mean_equals_mean():
+    from server_app.roster import Roster
+
     s = FedCIAGFCF(resolve("fedcia-gfcf-ml100k"))
-    s.n_items = 4
+    s.roster = Roster()
+    s.roster.n_items = 4
     g = np.random.default_rng(1)
     fs = [g.random((4, 4)).astype(np.float32) for _ in range(5)]
     for c, f in enumerate(fs):
