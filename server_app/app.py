@@ -7,7 +7,9 @@ Run-config keys (``[tool.flwr.app.config]`` in ``pyproject.toml``):
 * ``out-dir``    where results go (default ``./runs/<preset>-<time>``, made absolute);
 * ``data-dir``   dataset folder for the nodes that do not set their own;
 * ``resume-dir`` continue the run whose outputs are in this folder (its config is reused);
-* ``min-nodes``  wait (up to 120 s) until this many SuperNodes are connected before the handshake.
+* ``min-nodes``  wait (up to 120 s) until this many SuperNodes are connected before the handshake;
+* ``provenance`` what produced the run (JSON, from ``corolla run``: code, versions, machine,
+  command line), ``mode`` how it was started; without them the ServerApp records its own.
 
 ``flwr run . <connection> -c 'preset="fedavg-mf-ml100k" set="num-rounds=5"'`` works as for any
 Flower app; ``corolla run`` starts the SuperLink and SuperNodes and calls the same code.
@@ -27,6 +29,7 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
+from corolla import provenance
 from corolla.config import load_preset, parse_overrides, resolve
 from corolla.messages import RunInfo, config_hash
 from corolla.util import atomic_write_json, dumps
@@ -75,6 +78,9 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
     ex = Exchanger(strategy, roster, transport, run, cfg)
     recorder = RunRecorder(out, cfg, preset, paper)
     recorder.run_info = run.encode()
+    recorder.provenance = {**(json.loads(rc["provenance"]) if rc.get("provenance") else
+                              provenance.collect(Path(__file__).resolve().parents[1], ["flwr", "run"])),
+                           "mode": str(rc.get("mode") or type(transport).__name__), "config_hash": run.cfg_hash}
     start_round = 1
     if meta is not None:
         _, arrays = RunRecorder.read_checkpoint(out)
@@ -93,6 +99,7 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
             FlowerStrategy(strategy, ex, recorder).start(start_round=start_round)
         else:
             ex.handshake(transport.node_ids())
+        recorder.provenance["nodes"] = len([n for n in roster.nodes if n not in roster.dead_nodes])
         recorder.data_stats = {**roster.data_stats,
                                "clients": {str(c): v for c, v in sorted(roster.clients.items())}
                                if cfg.get("report-per-client") else {}}

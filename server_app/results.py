@@ -40,6 +40,7 @@ class RunRecorder:
         self.discarded: list[dict[str, Any]] = []  # phases sent but not used (after an early stop)
         self.data_stats: dict[str, Any] = {}        # what the nodes reported about the data (partition)
         self.run_info: dict[str, Any] = {}          # run key, state and data folders, config hash
+        self.provenance: dict[str, Any] = {}        # code, versions, machine, command, mode, nodes
 
     # ---------------------------------------------------------------- per phase / round
     def progress(self, rnd: int, phase: str, stats, ok: int, targets: int) -> None:
@@ -168,6 +169,7 @@ class RunRecorder:
             # peak resident memory of the ServerApp process (Linux: ru_maxrss in KiB)
             "server_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "config": self.cfg,
+            "provenance": self.provenance,
         }
         if sel and "per_client" in sel:   # the selected round, each client and their plain mean
             out["per_client_metrics"] = sel["per_client"]
