@@ -321,6 +321,7 @@ def run_command(args: argparse.Namespace) -> int:
         summary = json.loads(summary_path.read_text())
         if summary.get("status") == "completed":
             print(_summary_line(summary, out))
+            _print_run_page(out)
             return 0
     print(f"corolla: the run failed (flwr run exit code {rc_flwr}); logs in {cluster.logs}", file=sys.stderr)
     for name in ("flwr-run.log", "superlink.log"):
@@ -456,7 +457,18 @@ def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: st
                       **({"metrics_paper_compat": summary["metrics_paper_compat"]["metrics"]}
                          if "metrics_paper_compat" in summary else {}),
                       "paper": summary.get("paper", {})}, indent=2))
+    _print_run_page(out)
     return 0 if summary.get("status") == "completed" else 1
+
+
+def _print_run_page(out: Path) -> None:
+    """The run's page (``corolla report``): its curves, phases, exclusions, config and provenance."""
+    try:
+        from corolla.report.make import run_page
+
+        print(f"corolla: run page {run_page(out)}")
+    except Exception as e:  # noqa: BLE001 - a page that cannot be drawn must not fail a finished run
+        print(f"corolla: no run page ({e})", file=sys.stderr)
 
 
 def presets_command(args: argparse.Namespace) -> int:
@@ -470,6 +482,19 @@ def keys_command(args: argparse.Namespace) -> int:
     from corolla.catalog import keys_text
 
     print(keys_text(args.method))
+    return 0
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from corolla.report.make import make
+
+    out = Path(args.out).expanduser().resolve()
+    res = make(args.inputs, out, Path(args.markdown) if args.markdown else None,
+               Path(args.readme) if args.readme else None)
+    print(f"corolla report: {res['rows']} rows in {res['boards']} leaderboards, {len(res['pages'])} pages in "
+          f"{res['seconds']:.1f} s -> {res['index']}")
+    for p in res["run_pages"]:
+        print(f"run page: {p}")
     return 0
 
 
@@ -507,13 +532,21 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("keys", help="list the config keys with type, default and help")
     k.add_argument("--method", help="only the core keys and those of this method")
     sub.add_parser("methods", help="list the method table: method, harness, models, strategy and client")
+    rp = sub.add_parser("report", help="the leaderboards of the papers' tables, a page per method and per run "
+                                       "(static HTML + PNG) and a Markdown overview")
+    rp.add_argument("inputs", nargs="*", help="run directories (a page each) and/or a directory of result files "
+                                              "(default docs/results)")
+    rp.add_argument("--out", default=str(APP_DIR / "docs" / "site"), help="site folder (default docs/site)")
+    rp.add_argument("--markdown", help="also write the Markdown overview here (docs/leaderboard.md)")
+    rp.add_argument("--readme", help="also fill the README's <!-- leaderboard --> block")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "run":
             if args.nodes is not None and args.nodes < 1:
                 ap.error("--nodes: expected >= 1")
             return run_command(args)
-        return {"presets": presets_command, "keys": keys_command, "methods": methods_command}[args.cmd](args)
+        return {"presets": presets_command, "keys": keys_command, "methods": methods_command,
+                "report": report_command}[args.cmd](args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -194,26 +194,15 @@ class RunRecorder:
         return out
 
     def plot(self) -> None:
-        ev = self._evaluated()
-        if not ev:
-            return
+        """``learning_curve.png``: validation and test of the selection metric per evaluated round,
+        the paper's number and the selected round marked (``corolla.report.plots``)."""
         try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except Exception:  # plotting is optional
+            from corolla.report.plots import learning_curve
+        except Exception:  # plotting is optional (matplotlib missing)
             return
         key = self.cfg["select-metric"]
-        r = [h["round"] for h in ev]
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.plot(r, [h["valid"].get(key, np.nan) for h in ev], label=f"valid {key}")
-        ax.plot(r, [h["metrics"].get(key, np.nan) for h in ev], label=f"test {key}")
-        if any(h["compat"] for h in ev):
-            ax.plot(r, [h["compat"].get(key, np.nan) for h in ev], "--", label=f"test {key} (paper-compat)")
-        ax.set_xlabel("round")
-        ax.set_title(f"{self.preset or self.cfg['method']} ({self.cfg['dataset']})")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(self.out / "learning_curve.png", dpi=100)
-        plt.close(fig)
+        sel = self.select()
+        paper = self.paper.get(key)
+        learning_curve(self.history, key, self.out / "learning_curve.png",
+                       f"{self.preset or self.cfg['method']} ({self.cfg['dataset']})",
+                       paper if isinstance(paper, (int, float)) else None, sel["round"] if sel else None)

@@ -257,4 +257,4 @@ def test_fedprox_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """FedProx (added by docs/adding-a-method.md: a table entry, a client file, a preset) runs
     through a real SuperLink and 2 SuperNodes with the in-process numbers and bytes."""
     superlink_equals_in_process(tmp_path, data_dir, "fedprox-mf-ml100k",
-                                ["num-rounds=2", "fedprox-mu=0.1", "patience=0"])
+                                ["num-rounds=2", "fedprox-mu=0.1", "patience=0"], inproc_nodes=2)

@@ -1,0 +1,108 @@
+"""The report's plots (matplotlib, Agg): a leaderboard's ours-vs-paper bars, a run's learning
+curve, a method's per-round curves against the authors' code, and bytes against quality."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def learning_curve(rounds: list[dict[str, Any]], key: str, path: Path, title: str,
+                   paper: float | None = None, selected: int | None = None) -> bool:
+    """Validation and test ``key`` per evaluated round, the paper's number as a horizontal line,
+    the selected round marked. False when no round was evaluated."""
+    ev = [h for h in rounds if h.get("metrics")]
+    if not ev:
+        return False
+    plt = _plt()
+    r = [h["round"] for h in ev]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot(r, [h.get("valid", {}).get(key, math.nan) for h in ev], marker=".", label=f"validation {key}")
+    ax.plot(r, [h["metrics"].get(key, math.nan) for h in ev], marker=".", label=f"test {key}")
+    if any(h.get("compat") for h in ev):
+        ax.plot(r, [h.get("compat", {}).get(key, math.nan) for h in ev], "--", label=f"test {key} (paper-compatible)")
+    if paper is not None:
+        ax.axhline(paper, color="grey", linestyle=":", label=f"paper {paper:.4f}")
+    if selected is not None:
+        ax.axvline(selected, color="black", linewidth=0.8, linestyle="--", label=f"selected round {selected}")
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"{key} (fraction of users)" if key.startswith(("hr", "recall", "precision")) else key)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def bars(labels: list[str], ours: list[float | None], paper: list[float | None], metric: str, title: str,
+         path: Path) -> None:
+    """Ours beside the paper's number for every row (a gap where a row was not run)."""
+    plt = _plt()
+    n = len(labels)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * n + 2.0), 3.6))
+    x = list(range(n))
+    ax.bar([i - 0.2 for i in x], [p if p is not None else 0 for p in paper], width=0.4, label="paper", color="#9aa5b1")
+    ax.bar([i + 0.2 for i in x], [o if o is not None else 0 for o in ours], width=0.4, label="Corolla", color="#2b6cb0")
+    for i, o in enumerate(ours):
+        if o is None:
+            ax.text(i + 0.2, 0, "not run", rotation=90, ha="center", va="bottom", fontsize=7, color="#555")
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def curves(rows: list[dict[str, str]], key: str, path: Path, title: str, paper: float | None = None) -> None:
+    """Per-round test ``key`` of ours and of the authors' code (a ``*-vs-authors.csv``)."""
+    plt = _plt()
+    r = [int(x["round"]) for x in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot(r, [float(x[f"ours_test_{key}"]) for x in rows], label=f"Corolla test {key}")
+    if f"ref_test_{key}" in rows[0]:
+        ax.plot(r, [float(x[f"ref_test_{key}"]) for x in rows], label=f"authors' code test {key}")
+    if f"ours_valid_{key}" in rows[0]:
+        ax.plot(r, [float(x[f"ours_valid_{key}"]) for x in rows], ":", label=f"Corolla validation {key}")
+    if paper is not None:
+        ax.axhline(paper, color="grey", linestyle=":", label=f"paper {paper:.4f}")
+    ax.set_xlabel("round")
+    ax.set_ylabel(key)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def bytes_quality(points: list[tuple[str, float, float]], metric: str, path: Path, title: str) -> None:
+    """(label, bytes per round, metric) of a method's recorded runs."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.scatter([b / 1e6 for _, b, _ in points], [m for _, _, m in points], alpha=0.7)
+    if len(points) <= 8:   # more labels than that overlap; the page's table names every point
+        for label, b, m in points:
+            ax.annotate(label, (b / 1e6, m), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("MB per round (up + down)")
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

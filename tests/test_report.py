@@ -1,0 +1,120 @@
+"""``corolla report``: the leaderboards of the papers' tables (``docs/paper_tables.toml``), the
+Markdown overview, and the site as a person sees it in a real browser (headless Chromium)."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from corolla.keys import ConfigError
+from corolla.report.board import anchor, build, status_of
+from corolla.report.make import make, run_page
+from corolla.report.render import markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOGUE = ROOT / "docs" / "paper_tables.toml"
+RESULTS = ROOT / "docs" / "results"
+
+
+def test_status_boundaries():
+    assert status_of(0.05, 0.05, 0.2) == "reproduced" and status_of(-0.049, 0.05, 0.2) == "reproduced"
+    assert status_of(0.051, 0.05, 0.2) == "level only" and status_of(-0.2, 0.05, 0.2) == "level only"
+    assert status_of(0.21, 0.05, 0.2) == "not reproduced" and status_of(None, 0.05, 0.2) == "not run"
+
+
+def test_every_paper_row_has_a_row_with_a_status_and_a_reason():
+    boards = build(CATALOGUE, RESULTS)
+    rows = [r for b in boards for r in b.rows]
+    assert len(rows) == 303   # 5 papers' headline tables, every (method, dataset) cell
+    assert {b.paper for b in boards} == {"FedCIA", "FedCA", "LPSFed", "Dist-FedAvg", "UFGraphFR"}
+    assert all(r.reason for r in rows)
+    fedca = next(r for b in boards if b.id == "fedca-t1-pmf-ml-100k" for r in b.rows if r.method == "FedCA")
+    assert fedca.ours and fedca.authors and fedca.status == "reproduced"
+    lps = next(r for b in boards if b.id == "lpsfed-t1-gowalla" for r in b.rows if r.method == "LPSFed")
+    assert lps.status == "not reproduced"
+    md = markdown(boards)
+    for b in boards:
+        for r in b.rows:
+            assert f"| {r.method} |" in md
+
+
+def test_a_missing_result_file_is_named(tmp_path):
+    bad = tmp_path / "t.toml"
+    bad.write_text(CATALOGUE.read_text().replace('"fedca-pmf-ml100k.json"]', '"nope-*.json"]', 1))
+    with pytest.raises(ConfigError, match="nope"):
+        build(bad, RESULTS)
+
+
+def _browser():
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromedriver are missing: .ci/run installs them (apt-get install chromium "
+                        "chromium-driver)")
+        pytest.skip("no chromium/chromedriver (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    o = webdriver.ChromeOptions()
+    o.binary_location = chromium
+    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              "--window-size=1400,1800"):
+        o.add_argument(a)
+    return webdriver.Chrome(service=Service(driver), options=o)
+
+
+def _check_page(d, path: Path, results_anchors: set[str]) -> None:
+    d.get(path.as_uri())
+    assert d.title, path
+    imgs = d.execute_script("return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, "
+                            "i.naturalWidth])")
+    assert all(ok and w > 0 for _, ok, w in imgs), f"{path}: images that did not load: {imgs}"
+    links = d.execute_script("return Array.from(document.links).map(a => a.href)")
+    for href in links:
+        u = urlparse(href)
+        assert u.scheme == "file", f"{path}: link {href} leaves the site"
+        target = Path(unquote(u.path))
+        assert target.exists(), f"{path}: broken link {href}"
+        if u.fragment and target.name == "results.md":
+            assert unquote(u.fragment) in results_anchors, f"{path}: no section #{u.fragment} in docs/results.md"
+
+
+def test_site_in_a_real_browser(tmp_path, data_dir):
+    from launcher.inproc import InProcessTransport, partitions
+    from server_app.app import run_federation
+
+    run = tmp_path / "fedavg-run"
+    run_federation(InProcessTransport(partitions(2, {"data-dir": data_dir})),
+                   {"preset": "fedavg-mf-ml100k", "out-dir": str(run), "data-dir": data_dir,
+                    "set": "num-rounds=3 split=loo partition=blocks num-clients=4 protocol=loo dim=8 loss=bpr "
+                           "train-samples=per-positive compat-fedcia-metrics=false select-metric=ndcg@10 patience=0"})
+    out = tmp_path / "site"
+    res = make([str(run)], out, tmp_path / "leaderboard.md")
+    rows = json.loads((out / "rows.json").read_text())
+    assert len(rows) == res["rows"] == 303
+    anchors = {anchor(line.lstrip("#").strip()) for line in (ROOT / "docs" / "results.md").read_text().splitlines()
+               if line.startswith("#")}
+    d = _browser()
+    try:
+        shots = Path(os.environ.get("COROLLA_SCREENS", tmp_path / "screens"))
+        shots.mkdir(parents=True, exist_ok=True)
+        _check_page(d, out / "index.html", anchors)
+        on_page = set(map(tuple, d.execute_script(
+            "return Array.from(document.querySelectorAll('tr.row')).map(r => [r.dataset.board, r.dataset.method])")))
+        missing = [r for r in rows if (r["board"], r["method"]) not in on_page]
+        assert not missing and len(on_page) == len(rows), f"rows not on the overview: {missing[:5]}"
+        d.save_screenshot(str(shots / "overview.png"))
+        _check_page(d, out / "methods" / "fedca.html", anchors)
+        assert d.find_elements("css selector", "img"), "the FedCA page shows no plot"
+        d.save_screenshot(str(shots / "method-fedca.png"))
+        for page in [*(out / "methods").glob("*.html"), *(out / "runs").glob("*.html")]:
+            _check_page(d, page, anchors)
+        _check_page(d, out / "runs" / "fedavg-run.html", anchors)
+        assert d.find_elements("css selector", "img"), "the run page shows no learning curve"
+    finally:
+        d.quit()
+    assert run_page(run).is_file()
