@@ -18,6 +18,7 @@ Adding a method: ``docs/adding-a-method.md``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from corolla.keys import ConfigError, Key
@@ -29,6 +30,7 @@ __all__ = ["Harness", "Method", "check", "find", "harnesses", "lookup", "method_
 NOT_METHODS = {"declaration", "harness"}
 
 
+@functools.lru_cache(maxsize=1)
 def _modules():
     """Every module of this package that declares methods (``METHODS``), in name order: adding a
     method is adding its module, nothing here changes."""
@@ -39,9 +41,14 @@ def _modules():
     return tuple(importlib.import_module(f"{__name__}.{n}") for n in names)
 
 
+@functools.lru_cache(maxsize=1)
+def _table() -> tuple[Method, ...]:
+    return tuple(m for mod in _modules() for m in mod.METHODS)
+
+
 def table() -> list[Method]:
-    """Every declaration, in a stable order."""
-    return [m for mod in _modules() for m in mod.METHODS]
+    """Every declaration, in a stable order (read once per process: lookups are on hot paths)."""
+    return list(_table())
 
 
 def harnesses() -> dict[str, Harness]:
@@ -68,6 +75,7 @@ def names() -> list[str]:
     return sorted({m.name for m in table()})
 
 
+@functools.lru_cache(maxsize=None)
 def find(method: str, harness: str, model: str) -> Method:
     """The one declaration of ``method`` on ``harness`` with ``model``; a :class:`ConfigError`
     naming what runs instead otherwise."""
