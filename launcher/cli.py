@@ -242,7 +242,15 @@ def run_command(args: argparse.Namespace) -> int:
         if not (out / "checkpoint.npz").is_file():
             print(f"error: --resume {out}: no checkpoint.npz (no completed round to resume from)", file=sys.stderr)
             return 2
-        saved = json.loads((out / "config.json").read_text())
+        try:
+            from server_app.results import RunRecorder
+
+            RunRecorder.read_checkpoint(out)
+            saved = json.loads((out / "config.json").read_text())
+        except Exception as e:  # noqa: BLE001 - a damaged file, whatever the reader says
+            print(f"error: --resume {out}: its checkpoint cannot be read ({e}); the run cannot continue from it: "
+                  f"start it again with another --out", file=sys.stderr)
+            return 2
         cfg, preset = saved["config"], saved["preset"]
     else:
         if not args.preset:

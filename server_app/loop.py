@@ -81,7 +81,9 @@ class RoundLoop:
         if not ex.roster.nodes:
             ex.handshake(ex.transport.node_ids())
             if not ex.roster.clients:
-                raise RuntimeError("no node hosts any logical client")
+                why = "; ".join(f"node {n}: {r}" for n, r in sorted(ex.roster.failures.items()))
+                raise RuntimeError("no node hosts any logical client" + (f" (every handshake failed: {why})" if why
+                                                                         else " (no node is connected)"))
             s.setup()
         s.summary()
         fuse = bool(self.cfg.get("fused-evaluation", True))

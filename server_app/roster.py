@@ -29,6 +29,7 @@ class Roster:
         self.auto_nodes: set[int] = set()              # nodes with node config clients="auto"
         self.client_info: dict[int, dict[str, int]] = {}  # every logical client an auto node can host
         self.data_stats: dict[str, Any] = {}           # the nodes' description of the data (partition)
+        self.failures: dict[int, str] = {}             # node -> why its handshake failed
         self._auto_assigned: tuple[int, ...] = ()
 
     def available(self) -> list[int]:
@@ -45,7 +46,9 @@ class Roster:
         for idx, node in enumerate(node_ids):
             rep = replies.get(idx, "no reply")
             if isinstance(rep, str):
-                log(WARNING, "node %s failed the handshake (%s); ignored", node, rep.strip().splitlines()[-1][:300])
+                why = rep.strip().splitlines()[-1][:600] if rep.strip() else "no reply"
+                log(WARNING, "node %s failed the handshake (%s); ignored", node, why)
+                self.failures[node] = why
                 self.dead_nodes.add(node)
                 continue
             info = NodeInfo.decode(rep)
