@@ -26,11 +26,11 @@ wait_for() {  # file text seconds
 echo "== A: a SuperNode killed at round 2 and started again at round 5 (8 rounds)"
 rm -rf runs/faults-node
 COROLLA_ROUNDS=8 COROLLA_RUN_NAME=faults-node dc up -d --no-build --scale supernode=3 >"$logs/a.log" 2>&1
-wait_for runs/faults-node/progress.log "round   2 valid" 300
+wait_for runs/faults-node/rounds.log "round   2/" 300
 victim=$(dc ps -q supernode | head -1)
 docker kill "$victim" >/dev/null
 echo "killed $(docker inspect -f '{{.Name}}' "$victim") after round 2"
-wait_for runs/faults-node/progress.log "round   5 valid" 600
+wait_for runs/faults-node/rounds.log "round   5/" 600
 docker start "$victim" >/dev/null
 echo "started it again after round 5"
 rc=$(docker wait "$(dc ps -q run)")
@@ -54,7 +54,7 @@ PY
 echo "== B: the SuperLink restarted at round 2 (5 rounds), then --resume"
 rm -rf runs/faults-link
 COROLLA_ROUNDS=5 COROLLA_RUN_NAME=faults-link dc up -d --no-build --scale supernode=3 >"$logs/b.log" 2>&1
-wait_for runs/faults-link/progress.log "round   2 valid" 300
+wait_for runs/faults-link/rounds.log "round   2/" 300
 dc restart superlink >/dev/null 2>&1
 echo "restarted the SuperLink after round 2"
 rc=$(docker wait "$(dc ps -q run)")

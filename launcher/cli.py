@@ -184,13 +184,13 @@ def live_in_groups(pgids: list[int]) -> list[int]:
     return live
 
 
-def _tail(path: Path, pos: int) -> int:
+def _tail(path: Path, pos: int, show: bool = True) -> int:
     if not path.is_file():
         return pos
     with open(path, encoding="utf-8", errors="replace") as fh:
         fh.seek(pos)
         chunk = fh.read()
-        if chunk:
+        if chunk and show:
             sys.stdout.write(chunk)
             sys.stdout.flush()
         return fh.tell()
@@ -293,10 +293,11 @@ def run_command(args: argparse.Namespace) -> int:
             return 2
         node_configs[int(idx)].update(parse_overrides([kv]))
     if args.mode == "inproc":
-        return _run_inproc(out, run_cfg, node_configs, data_dir)
+        return _run_inproc(out, run_cfg, node_configs, data_dir, args.quiet)
     cluster = Cluster(out, args.mode, nodes, data_dir or None, node_configs)
-    progress = out / "progress.log"
+    progress = out / "rounds.log"   # one line per round (the per-phase detail is in progress.log)
     pos = progress.stat().st_size if progress.exists() else 0
+    show = not args.quiet
     rc_flwr = None
     try:
         conn = cluster.start()
@@ -310,12 +311,12 @@ def run_command(args: argparse.Namespace) -> int:
                                     start_new_session=True)
             cluster.procs.insert(0, proc)
             while proc.poll() is None:
-                pos = _tail(progress, pos)
+                pos = _tail(progress, pos, show)
                 if summary_path.exists():
                     break
                 time.sleep(0.5)
             rc_flwr = proc.poll()
-        pos = _tail(progress, pos)
+        pos = _tail(progress, pos, show)
     except KeyboardInterrupt:
         print("\ncorolla: interrupted; stopping the SuperLink and SuperNodes "
               f"(resume with: corolla run --resume {out})", file=sys.stderr)
@@ -444,7 +445,7 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
     return 1
 
 
-def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: str) -> int:
+def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: str, quiet: bool = False) -> int:
     from server_app.app import run_federation
     from launcher.inproc import InProcessTransport
 
@@ -452,6 +453,12 @@ def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: st
         nc.setdefault("state-dir", str(out / "node-state"))
         if data_dir:
             nc.setdefault("data-dir", data_dir)
+    if quiet:   # Flower's logger carries the round lines in process; warnings and errors still show
+        import logging
+
+        from flwr.common.logger import FLOWER_LOGGER
+
+        FLOWER_LOGGER.setLevel(logging.WARNING)
     try:
         summary = run_federation(InProcessTransport(node_configs), run_cfg)
     except KeyboardInterrupt:
@@ -533,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out")
     r.add_argument("--resume", metavar="RUN_DIR")
     r.add_argument("--export-topk", type=int, metavar="K")
+    r.add_argument("--quiet", action="store_true",
+                   help="print only the result (the round lines stay in OUT/rounds.log, the per-phase detail in "
+                        "OUT/progress.log)")
     r.add_argument("--node-config", action="append", metavar="I:KEY=VALUE",
                    help="extra node config for SuperNode I in local mode (repeatable)")
     p = sub.add_parser("presets", help="list presets with their paper numbers")

@@ -6,7 +6,10 @@ Files in the output directory ``OUT``:
 * ``rounds.jsonl``  one line per round: ``round``, ``phases`` (``name``, ``bytes_up``,
   ``bytes_down``, ``wall_s``, ``replies``, ``excluded``), ``train`` metrics, ``metrics`` (test),
   ``valid``, ``compat`` (paper-compatible test metrics), ``wall_s``;
-* ``progress.log``  human-readable progress, one line per phase;
+* ``progress.log``  human-readable progress, one line per phase and one per round;
+* ``rounds.log``    one line per round, in round order once its evaluation is in: bytes, time,
+  validation and test of the selection metric, elapsed time and an ETA (what ``corolla run``
+  prints);
 * ``checkpoint.npz`` server state after the last completed round (strategy arrays + recorder
   state as JSON), replaced atomically;
 * ``summary.json``  the result (see :meth:`RunRecorder.summary`);
@@ -18,7 +21,7 @@ from __future__ import annotations
 import json
 import resource
 import time
-from logging import INFO
+from logging import DEBUG, INFO
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,11 @@ import numpy as np
 from flwr.common.logger import log
 
 from corolla.util import append_line, atomic_save_npz, atomic_write_json, dumps, load_npz
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 class RunRecorder:
@@ -41,13 +49,14 @@ class RunRecorder:
         self.data_stats: dict[str, Any] = {}        # what the nodes reported about the data (partition)
         self.run_info: dict[str, Any] = {}          # run key, state and data folders, config hash
         self.provenance: dict[str, Any] = {}        # code, versions, machine, command, mode, nodes
+        self.rounds_before = 0                      # rounds of earlier (resumed-from) sessions
 
     # ---------------------------------------------------------------- per phase / round
     def progress(self, rnd: int, phase: str, stats, ok: int, targets: int) -> None:
         line = (f"round {rnd:>3}/{self.cfg['num-rounds']} {phase:<10} clients {ok}/{targets} "
                 f"up {stats.bytes_up / 1e6:8.3f} MB down {stats.bytes_down / 1e6:8.3f} MB "
                 f"{stats.wall_s:6.2f} s" + (f" excluded {len(stats.excluded)}" if stats.excluded else ""))
-        log(INFO, line)
+        log(DEBUG, line)
         append_line(self.out / "progress.log", line)
 
     def end_round(self, strategy, rnd: int, phase_stats, train_metrics, evaluation, wall_s: float,
@@ -65,18 +74,35 @@ class RunRecorder:
                 rec["unweighted_mean"] = evaluation["test"]["unweighted_mean"]
         self.history.append(rec)
         append_line(self.out / "rounds.jsonl", dumps(rec))
-        sel = self.cfg["select-metric"]
-        if evaluation is not None:
-            line = (f"round {rnd:>3} valid {sel}={rec['valid'].get(sel, float('nan')):.4f} "
-                    f"test {sel}={rec['metrics'].get(sel, float('nan')):.4f}")
-            if rec["compat"]:
-                line += f" (paper-compat {sel}={rec['compat'].get(sel, float('nan')):.4f})"
-            log(INFO, line)
-            append_line(self.out / "progress.log", line)
+        line = self.round_line(rec)
+        log(INFO, line)
+        append_line(self.out / "progress.log", line)
+        append_line(self.out / "rounds.log", line)
         stop = self._should_stop()
         self.stopped_early = stop and rnd < self.cfg["num-rounds"]
         self.checkpoint(strategy, rnd)
         return stop
+
+    def round_line(self, rec: dict[str, Any]) -> str:
+        """One line per round: bytes, wall time, the selection metric, elapsed time and an ETA (the
+        mean round time of this session times the rounds left)."""
+        n = self.cfg["num-rounds"]
+        up = sum(p["bytes_up"] for p in rec["phases"]) / 1e6
+        down = sum(p["bytes_down"] for p in rec["phases"]) / 1e6
+        line = f"round {rec['round']:>3}/{n} up {up:9.3f} MB down {down:9.3f} MB {rec['wall_s']:7.2f} s"
+        excluded = sum(len(p["excluded"]) for p in rec["phases"])
+        if excluded:
+            line += f" excluded {excluded}"
+        sel = self.cfg["select-metric"]
+        if "valid" in rec:
+            line += (f" | valid {sel}={rec['valid'].get(sel, float('nan')):.4f} "
+                     f"test {sel}={rec['metrics'].get(sel, float('nan')):.4f}")
+            if rec["compat"]:
+                line += f" (paper-compat {rec['compat'].get(sel, float('nan')):.4f})"
+        done = len(self.history) - self.rounds_before
+        elapsed = time.time() - self.t_start
+        eta = elapsed / max(done, 1) * max(n - rec["round"], 0)
+        return line + f" | {_clock(self.wall_before + elapsed)} elapsed, ETA {_clock(eta)}"
 
     def discard(self, stats) -> None:
         """A phase whose results are not used (a round trained before the early stop that its
@@ -135,6 +161,7 @@ class RunRecorder:
 
     def restore(self, meta: dict[str, Any]) -> None:
         self.history = list(meta["history"])
+        self.rounds_before = len(self.history)
         self.wall_before = float(meta.get("wall_s", 0.0))
         # rounds.jsonl: keep exactly the checkpointed rounds (a killed round may have been appended)
         lines = [dumps(h) for h in self.history]

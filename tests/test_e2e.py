@@ -114,7 +114,7 @@ def test_node_killed_mid_round_costs_only_its_contribution(tmp_path, data_dir):
 def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir, how):
     out = tmp_path / "resume"
     p = corolla(["--nodes", "2"] + sets(["num-rounds=4"]), out, data_dir)
-    wait_for(out / "progress.log", "round   2 valid", p)   # round 2 recorded (with round 3's message)
+    wait_for(out / "rounds.log", "round   2/4", p)   # round 2 recorded (with round 3's message)
     if how == "ctrl-c":
         os.killpg(p.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
     else:
