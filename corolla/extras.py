@@ -15,6 +15,7 @@ from typing import Any
 EXTRAS = {
     "text": ("sentence_transformers", "UFGraphFR encodes each user's text profile with sentence-transformers"),
     "qp": ("cvxpy", "fedca-qp = 'cvxpy' solves FedCA's weight QP with cvxpy"),
+    "track": ("tensorboard", "--track tensorboard writes TensorBoard event files"),
 }
 
 

@@ -265,6 +265,8 @@ def run_command(args: argparse.Namespace) -> int:
             return 2
     try:
         extras.check(cfg)   # a method whose optional dependency is missing fails here, in one line
+        if args.track:
+            extras.require("track")
     except extras.MissingExtra as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -280,7 +282,7 @@ def run_command(args: argparse.Namespace) -> int:
                "set": " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items()) if not args.resume else "",
                "out-dir": str(out), "data-dir": data_dir, "resume-dir": str(out) if args.resume else "",
                "min-nodes": nodes if args.mode == "local" else 0,
-               "provenance": json.dumps(provenance.collect(APP_DIR)), "mode": args.mode}
+               "provenance": json.dumps(provenance.collect(APP_DIR)), "mode": args.mode, "track": args.track or ""}
     summary_path = out / "summary.json"
     if args.resume and summary_path.exists():
         summary_path.unlink()
@@ -390,7 +392,8 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
                    "out-dir": args.out or "", "resume-dir": ""}
         what = f"{args.preset} ({cfg['method']}, {cfg['dataset']})"
     run_cfg.update({"data-dir": args.data_dir or "", "min-nodes": nodes,
-                    "provenance": json.dumps(provenance.collect(APP_DIR)), "mode": "superlink"})
+                    "provenance": json.dumps(provenance.collect(APP_DIR)), "mode": "superlink",
+                    "track": args.track or ""})
     home = Path(tempfile.mkdtemp(prefix="corolla-flwr-"))
     conn = "corolla"
     ca = ""
@@ -540,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out")
     r.add_argument("--resume", metavar="RUN_DIR")
     r.add_argument("--export-topk", type=int, metavar="K")
+    r.add_argument("--track", choices=("tensorboard",),
+                   help="log config, per-round metrics, bytes and the summary as TensorBoard event files in "
+                        "OUT/tensorboard (extra 'track')")
     r.add_argument("--quiet", action="store_true",
                    help="print only the result (the round lines stay in OUT/rounds.log, the per-phase detail in "
                         "OUT/progress.log)")

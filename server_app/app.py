@@ -8,6 +8,7 @@ Run-config keys (``[tool.flwr.app.config]`` in ``pyproject.toml``):
 * ``data-dir``   dataset folder for the nodes that do not set their own;
 * ``resume-dir`` continue the run whose outputs are in this folder (its config is reused);
 * ``min-nodes``  wait (up to 120 s) until this many SuperNodes are connected before the handshake;
+* ``track``      an experiment-tracking sink (``tensorboard``: event files in ``OUT/tensorboard``);
 * ``provenance`` what produced the run (JSON, from ``corolla run``: code, versions, machine,
   command line), ``mode`` how it was started; without them the ServerApp records its own.
 
@@ -29,7 +30,7 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from corolla import provenance
+from corolla import provenance, tracking
 from corolla.config import load_preset, parse_overrides, resolve
 from corolla.messages import RunInfo, config_hash
 from corolla.util import atomic_write_json, dumps
@@ -78,6 +79,9 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
     ex = Exchanger(strategy, roster, transport, run, cfg)
     recorder = RunRecorder(out, cfg, preset, paper)
     recorder.run_info = run.encode()
+    recorder.sink = tracking.open_sink(str(rc.get("track") or ""), out)
+    if recorder.sink is not None:
+        recorder.sink.config(cfg)
     recorder.provenance = {**(json.loads(rc["provenance"]) if rc.get("provenance") else
                               provenance.collect(Path(__file__).resolve().parents[1], ["flwr", "run"])),
                            "mode": str(rc.get("mode") or type(transport).__name__), "config_hash": run.cfg_hash}

@@ -50,6 +50,7 @@ class RunRecorder:
         self.run_info: dict[str, Any] = {}          # run key, state and data folders, config hash
         self.provenance: dict[str, Any] = {}        # code, versions, machine, command, mode, nodes
         self.rounds_before = 0                      # rounds of earlier (resumed-from) sessions
+        self.sink = None                            # an experiment-tracking sink (corolla.tracking)
 
     # ---------------------------------------------------------------- per phase / round
     def progress(self, rnd: int, phase: str, stats, ok: int, targets: int) -> None:
@@ -78,6 +79,8 @@ class RunRecorder:
         log(INFO, line)
         append_line(self.out / "progress.log", line)
         append_line(self.out / "rounds.log", line)
+        if self.sink is not None:
+            self.sink.round(rec)
         stop = self._should_stop()
         self.stopped_early = stop and rnd < self.cfg["num-rounds"]
         self.checkpoint(strategy, rnd)
@@ -216,6 +219,9 @@ class RunRecorder:
                 "metrics": (csel["compat"] or csel["metrics"]) if csel else {},
             }
         self.plot()
+        if self.sink is not None:
+            self.sink.summary(out)
+            self.sink.close()
         # summary.json is written last: its existence marks a finished run (the CLI stops then)
         atomic_write_json(self.out / "summary.json", out)
         return out
