@@ -558,8 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("methods", help="list the method table: method, harness, models, strategy and client")
     rp = sub.add_parser("report", help="the leaderboards of the papers' tables, a page per method and per run "
                                        "(static HTML + PNG) and a Markdown overview")
-    rp.add_argument("inputs", nargs="*", help="run directories (a page each) and/or a directory of result files "
-                                              "(default docs/results)")
+    rp.add_argument("inputs", nargs="*", help="run directories or result files (a page each) and/or a directory "
+                                              "of result files (default docs/results)")
     rp.add_argument("--out", default=str(APP_DIR / "docs" / "site"), help="site folder (default docs/site)")
     rp.add_argument("--markdown", help="also write the Markdown overview here (docs/leaderboard.md)")
     rp.add_argument("--readme", help="also fill the README's <!-- leaderboard --> block")

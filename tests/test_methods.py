@@ -59,6 +59,11 @@ def test_unknown_combinations_name_what_runs_instead(cfg, match):
         resolve(None, cfg)
 
 
+def test_every_method_says_what_crosses_the_network():
+    for name in methods.names():
+        assert len(methods.protocol(name)) > 100, f"{name}: no PROTOCOL paragraph in corolla/methods/{name}.py"
+
+
 def test_method_keys_live_beside_their_method():
     owners = methods.method_keys()
     assert owners["fedca-rho"][0] == "fedca" and owners["lpsfed-tau1"][0] == "lpsfed"

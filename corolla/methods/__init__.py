@@ -24,7 +24,7 @@ from typing import Any
 from corolla.keys import ConfigError, Key
 from corolla.methods.declaration import Harness, Method
 
-__all__ = ["Harness", "Method", "check", "find", "harnesses", "lookup", "method_keys", "names", "owner_keys", "table"]
+__all__ = ["Harness", "Method", "check", "find", "harnesses", "lookup", "method_keys", "names", "owner_keys", "protocol", "table"]
 
 
 NOT_METHODS = {"declaration", "harness"}
@@ -69,6 +69,15 @@ def method_keys() -> dict[str, tuple[str, Key]]:
                 raise RuntimeError(f"config key '{k}' is declared by {out[k][0]} and {owner}")
             out[k] = (owner, spec)
     return out
+
+
+def protocol(name: str) -> str:
+    """The method's protocol in one paragraph: what travels per round and what the server sees."""
+    for mod in _modules():
+        if any(m.name == name for m in mod.METHODS) and getattr(mod, "PROTOCOL", ""):
+            if mod.__name__.rsplit(".", 1)[1] == name:
+                return mod.PROTOCOL
+    return ""
 
 
 def names() -> list[str]:

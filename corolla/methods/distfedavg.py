@@ -20,6 +20,8 @@ KEYS = {
     "alpha-warmup": Key(0, "Dist-FedAvg: first rounds with α = 1"),
 }
 
+PROTOCOL = "Once, users with a common item learn of each other through a matching party (expanded neighbourhoods); every round a sampled user pulls the rows of the global user and item tables for its expanded local graph, trains a LightGCN on it and pushes the rows back; the server aggregates each row's copies, weighting a user row's copies by inverse distance. The server sees the pushed rows and which users share items."
+
 METHODS = [
     Method("distfedavg", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient",

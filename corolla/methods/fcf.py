@@ -3,6 +3,8 @@ the FedCA and Dist-FedAvg papers use it (spec FEDCIA_FEDCA B5, LPSFED_DISTFEDAVG
 
 from corolla.methods.declaration import Method
 
+PROTOCOL = "As FedAvg (the global shared parameters down, each client's trained ones up), but the server averages the uploads unweighted; it sees every client's trained item table."
+
 METHODS = [
     Method("fcf", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FCF", "client_app.mf:FedAvgClient",
            "unweighted mean of the shared parameters"),

@@ -10,6 +10,8 @@ KEYS = {
     "fedatt-dp": Key(0.001, "FedAtt: std of the Gaussian noise added to the new global parameters"),
 }
 
+PROTOCOL = "As FedAvg (the global shared parameters down, each client's trained ones up); the server moves the global parameters towards the clients' by attention weights softmax(‖w_server − w_c‖) and adds Gaussian noise of std fedatt-dp; it sees every client's trained item table."
+
 METHODS = [
     Method("fedatt", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedatt:FedAtt", "client_app.mf:FedAvgClient",
            "attention-weighted step of the global parameters towards the clients'", keys=KEYS),

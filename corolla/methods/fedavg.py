@@ -12,6 +12,8 @@
 from corolla.methods.declaration import Method
 from corolla.methods.lpsfed import check as lgcn_check
 
+PROTOCOL = "Each round the server sends the global shared parameters (the item table, and the NCF tower) once per node; every sampled client trains them with its private user table and uploads the shared parameters with its number of training examples; the server sees each client's trained item table and replaces the global one by their example-weighted mean. On the one-user harness the same happens per user; on the expanded harness the rows are user and item rows of global tables; with the LGCN model only the pooling and predictive MLPs travel (LPSFed's FedAvg row)."
+
 METHODS = [
     Method("fedavg", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FedAvg", "client_app.mf:FedAvgClient",
            "example-weighted mean of the shared parameters (item table, NCF tower)", "FedCIA Table 1 FedMF/FedNCF rows"),

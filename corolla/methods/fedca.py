@@ -29,6 +29,8 @@ def check(cfg):
         raise ConfigError(f"config key 'fedca-k': expected <= dim={cfg['dim']}, got {cfg['fedca-k']}")
 
 
+PROTOCOL = "Each round every one-user client trains its PMF/NCF copy and uploads its item table (M × d) and a k × d subspace descriptor with its example count; the server draws 10 % of them, solves a simplex QP per drawn client (size, similarity, complementarity) and sends each its personalised aggregate table, which it interpolates with its own (ρ). The server sees every uploading client's item table and descriptor."
+
 METHODS = [
     Method("fedca", "one-user", ("mf", "ncf"), "strategies.fedca:FedCA", "client_app.fedca:FedCAClient",
            "composite aggregation: personalised item tables from a simplex QP per client",

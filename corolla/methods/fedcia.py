@@ -25,6 +25,8 @@ def check_gfcf(cfg):
         raise ConfigError("config key 'protocol': GF-CF scores every item; it needs protocol=full-rank")
 
 
+PROTOCOL = "Parameter models: each round a client trains its model and uploads an M×M item–item similarity of its item embeddings (11.3 MB at M = 1,682; or its truncated-SVD factors with fedcia-upload = svd), plus Laplace noise; the server sums them and sends the mean similarity back once per node; clients fine-tune towards it. GF-CF: one shot, each client uploads its M×M GF-CF filter and receives the mean filter. The server sees each client's (noised) similarity or filter, never embeddings or interactions."
+
 METHODS = [
     Method("fedcia", "silo", ("gfcf",), "strategies.fedcia:FedCIAGFCF", "client_app.gfcf:GFCFClient",
            "one-shot upload of each client's GF-CF filter; the server sums them", "FedCIA Table 1 GF-CF row",

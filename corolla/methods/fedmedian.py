@@ -3,6 +3,8 @@ user and item row's copies, on Dist-FedAvg's expanded harness."""
 
 from corolla.methods.declaration import Method
 
+PROTOCOL = "As Dist-FedAvg's harness (pull the rows of the expanded local graph, train LightGCN, push the rows back); the server takes the coordinate-wise median of each row's copies. It sees the pushed rows."
+
 METHODS = [
     Method("fedmedian", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient", "coordinate-wise median of each row's copies",

@@ -18,6 +18,8 @@ def check(cfg):
         raise ConfigError(f"config key 'fedprox-mu': expected >= 0, got {cfg['fedprox-mu']}")
 
 
+PROTOCOL = "As FedAvg: the global shared parameters down once per node, each client's trained shared parameters and example count up, the example-weighted mean on the server; only the clients' local objective differs (the proximal term μ/2‖w − w_global‖²). Same bytes as FedAvg; the server sees every client's trained item table."
+
 METHODS = [
     Method("fedprox", "silo", ("mf", "ncf"), "strategies.fedavg:FedAvg", "client_app.fedprox:FedProxClient",
            "FedAvg with a proximal term μ/2‖w − w_global‖² in the local loss", "Li et al. 2020, Eq. 2",

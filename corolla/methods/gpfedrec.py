@@ -5,6 +5,8 @@ graph-aggregated table and the global one. Reads UFGraphFR's graph keys."""
 from corolla.methods.declaration import Method
 from corolla.methods.ufgraphfr import check
 
+PROTOCOL = "Every round each user trains and uploads its item table (with noise where set); the server builds a user graph from the uploaded tables and sends each user its graph-aggregated table and the global one. The server sees every user's item table."
+
 METHODS = [
     Method("gpfedrec", "one-user", ("gpfedrec",), "strategies.ufgraphfr:GraphAggregation",
            "client_app.ufgraphfr:GraphClient",

@@ -3,6 +3,8 @@
 
 from corolla.methods.declaration import Method
 
+PROTOCOL = 'Nothing is aggregated and nothing is uploaded: every client trains and evaluates its own model; only metrics travel (0 bytes of parameters). The server sees per-user metric values only.'
+
 METHODS = [
     Method("local", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:Local", "client_app.mf:LocalClient",
            "no aggregation: each silo trains its own model", heterogeneous=True),

@@ -34,6 +34,8 @@ def check(cfg):
                           "and protocol='full-rank'")
 
 
+PROTOCOL = "Once, each subgraph client sends 4 statistics (users, items, edges, mean degree) and receives the reference graph's 64 eigenvalues; every round it trains its LGCN and uploads only its pooling and predictive MLPs (45,377 floats), a spectral KL scalar ρ_c and a margin M_c; the server sends each client its personalised mix ρ̄_c θ̄ + (1 − ρ̄_c) θ_c. Embeddings, kernels and eigenvectors never leave the client."
+
 METHODS = [
     Method("lpsfed", "silo", ("lgcn",), "strategies.lpsfed:LPSFed", "client_app.lpsfed:LPSFedClient",
            "LGCN subgraph clients; MLPs mixed per client by spectral similarity to a reference graph",

@@ -8,6 +8,8 @@ KEYS = {
     "pfedrec-lr-eta": Key(80.0, "PFedRec: item-table learning rate = lr · n_items · pfedrec-lr-eta"),
 }
 
+PROTOCOL = "Each round the server sends the global item table (and score bias) once per node; every user trains its item table and its private score function Linear(d, 1) and uploads the item table and bias; the server averages them unweighted. The server sees every user's trained item table; the score function stays on the client."
+
 METHODS = [
     Method("pfedrec", "one-user", ("pfedrec",), "strategies.pfedrec:PFedRec", "client_app.pfedrec:PFedRecClient",
            "item table + personal score function; the unweighted mean of the item tables",

@@ -37,6 +37,8 @@ def check(cfg):
         raise ConfigError(f"config key 'upload-noise': expected >= 0, got {cfg['upload-noise']}")
 
 
+PROTOCOL = 'Each user encodes its text profile once on its node (the sentence encoder never leaves it); every round it trains and uploads its item table and its text-projection weights W_u (with Laplace noise); the server builds a user graph from the W_u and sends each user a graph-aggregated item table. The server sees the noised W_u and the item tables, never the text or the interactions.'
+
 METHODS = [
     Method("ufgraphfr", "one-user", ("ufgraphfr",), "strategies.ufgraphfr:GraphAggregation",
            "client_app.ufgraphfr:GraphClient",

@@ -16,19 +16,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def make(inputs: list[str], out: Path, markdown: Path | None = None, readme: Path | None = None,
          results_dir: Path | None = None, catalogue: Path | None = None, root: Path = ROOT) -> dict:
-    """``inputs``: run directories (a page each) and/or a directory of result files (the
-    leaderboards' source; default ``docs/results``). Returns what was written and how long it took."""
+    """``inputs``: run directories and result files (a page each) and/or a directory of result
+    files (the leaderboards' source; default ``docs/results``). Returns what was written and how
+    long it took."""
     t0 = time.perf_counter()
     runs = []
     for item in inputs:
         p = Path(item).expanduser()
-        if (p / "summary.json").is_file():
+        if (p / "summary.json").is_file() or (p.is_file() and p.suffix == ".json"):
             runs.append(read_run(p))
         elif p.is_dir():
             results_dir = p
         else:
-            raise ConfigError(f"corolla report {item}: expected a run directory (with summary.json) or a directory "
-                              f"of result files (like docs/results)")
+            raise ConfigError(f"corolla report {item}: expected a run directory (with summary.json), a result "
+                              f"file (a summary.json copy) or a directory of result files (like docs/results)")
     results_dir = results_dir or root / "docs" / "results"
     catalogue = catalogue or root / "docs" / "paper_tables.toml"
     results_md = root / "docs" / "results.md"

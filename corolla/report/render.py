@@ -139,7 +139,7 @@ def _board_html(b: Board, results_href: str, img: str) -> str:
                     f"<td>{e(r.method)}</td>" + "".join(f'<td class="num">{e(t)}</td>' for t in ours_text(r)) +
                     f'<td class="num">{seeds(r)}</td>' + "".join(f'<td class="num">{fmt(v)}</td>' for v in r.paper_values) +
                     f'<td class="num">{auth}</td><td class="num">{delta}</td><td>{e(r.status)}</td>'
-                    f'<td class="reason">{e(r.reason)}</td><td class="num">{w}</td><td class="num">{by}</td></tr>')
+                    f'<td class="reason">{e(r.reason)} <a href="{results_href}#{anchor(b.section)}">results</a></td><td class="num">{w}</td><td class="num">{by}</td></tr>')
     return (f'<h3 id="{e(b.id)}">{e(b.paper)} · {e(b.title)} · {e(b.dataset)}</h3>\n'
             f'<p>{e(b.protocol)}. Details: <a href="{results_href}#{anchor(b.section)}">{e(b.section)}</a>.</p>\n'
             f"<table>{head}{''.join(body)}</table>\n" + (f'<img src="{img}" alt="{e(b.id)}: ours vs paper">\n' if img else ""))
@@ -181,13 +181,6 @@ def site(boards: list[Board], runs: list[Run], out: Path, results_md: Path, resu
     return pages
 
 
-def _first_paragraph(path: Path) -> str:
-    if not path.is_file():
-        return ""
-    paras = [p.strip() for p in path.read_text().split("\n\n") if p.strip() and not p.startswith("#")]
-    return paras[0].replace("\n", " ") if paras else ""
-
-
 DOCS = {"fedca": "fedca.md", "fedcia": "fedcia.md", "lpsfed": "lpsfed.md", "distfedavg": "distfedavg.md",
         "fedmedian": "distfedavg.md", "ufgraphfr": "ufgraphfr.md", "gpfedrec": "ufgraphfr.md",
         "pfedrec": "ufgraphfr.md"}
@@ -202,11 +195,10 @@ def method_pages(out: Path, boards: list[Board], results_dir: Path, preset_resul
     for name in methods.names():
         decls = [m for m in methods.table() if m.name == name]
         presets = sorted({p for m in decls for p in presets_of(m)})
-        parts = []
+        parts = [f"<h2>Protocol</h2><p>{e(methods.protocol(name))}</p>"]
         doc = method_docs / DOCS.get(name, f"{name}.md")
-        para = _first_paragraph(doc)
-        if para:
-            parts.append(f"<p>{e(para)}</p>")
+        if doc.is_file():
+            parts.append(f"<p>In depth: <a href=\"{e(os.path.relpath(doc, out / 'methods'))}\">{e(doc.name)}</a>.</p>")
         parts.append("<h2>Declarations</h2><table><tr><th>harness</th><th>models</th><th>what it does</th>"
                      "<th>strategy</th><th>client</th></tr>" +
                      "".join(f"<tr><td>{e(m.harness)}</td><td>{e('/'.join(m.models))}</td><td>{e(m.summary)}</td>"

@@ -81,6 +81,12 @@ class Run:
 
 
 def read_run(path: Path) -> Run:
+    """A run directory, or a run's summary alone (a result file: its page has no curves)."""
+    if path.is_file():
+        d = _load(path)
+        if "metrics" not in d:
+            raise ConfigError(f"result file {path}: no 'metrics' (expected a run's summary.json)")
+        return Run(path.with_suffix(""), d, [], {"config": d.get("config", {})})
     if not (path / "summary.json").is_file():
         raise ConfigError(f"run {path}: no summary.json (a run directory of 'corolla run' holds one when it ends)")
     rounds = []
