@@ -90,7 +90,9 @@ class Cluster:
         self.procs: list[subprocess.Popen] = []
         self.logs = out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.flwr_home = Path(tempfile.mkdtemp(prefix="corolla-flwr-"))
+        # Flower's config lives in the run folder, where `flwr ls/log/stop` find it (printed at start)
+        self.flwr_home = out / "flwr"
+        self.flwr_home.mkdir(parents=True, exist_ok=True)
         self.env = dict(os.environ, FLWR_HOME=str(self.flwr_home),
                         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", FLWR_DISABLE_UPDATE_CHECK="1",
                         PYTHONUNBUFFERED="1")
@@ -134,6 +136,8 @@ class Cluster:
             {"superlink": link.pid, "supernodes": [p.pid for p in self.procs[1:]]}))
         (self.flwr_home / "config.toml").write_text(
             f'[superlink]\ndefault = "corolla"\n\n[superlink.corolla]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
+        print(f"corolla: while it runs, Flower sees it: FLWR_HOME={self.flwr_home} flwr ls corolla "
+              f"(then flwr log RUN_ID corolla --stream, flwr stop RUN_ID corolla)", flush=True)
         return "corolla"
 
     def stop(self) -> None:
@@ -516,6 +520,24 @@ def report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def flwr_config_command(args: argparse.Namespace) -> int:
+    """A run-config file for ``flwr run . <federation> --run-config FILE``: a preset (validated
+    here) and its overrides as the app's run-config keys (a preset file itself has tables Flower
+    does not accept as run config)."""
+    overrides = parse_overrides(args.set or [])
+    resolve(args.preset, overrides)   # the same checks as corolla run, before Flower sees it
+    lines = [f"preset = {_toml_str(args.preset)}",
+             f"set = {_toml_str(' '.join(f'{k}={json.dumps(v)}' for k, v in overrides.items()))}"]
+    if args.data_dir:
+        lines.append(f"data-dir = {_toml_str(str(Path(args.data_dir).expanduser().resolve()))}")
+    text = "\n".join(lines) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def methods_command(args: argparse.Namespace) -> int:
     from corolla.catalog import methods_text
 
@@ -556,6 +578,11 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("keys", help="list the config keys with type, default and help")
     k.add_argument("--method", help="only the core keys and those of this method")
     sub.add_parser("methods", help="list the method table: method, harness, models, strategy and client")
+    fc = sub.add_parser("flwr-config", help="a run-config file for 'flwr run . FEDERATION --run-config FILE'")
+    fc.add_argument("preset")
+    fc.add_argument("--set", action="append", metavar="KEY=VALUE")
+    fc.add_argument("--data-dir")
+    fc.add_argument("-o", "--output", help="write it here (default: standard output)")
     rp = sub.add_parser("report", help="the leaderboards of the papers' tables, a page per method and per run "
                                        "(static HTML + PNG) and a Markdown overview")
     rp.add_argument("inputs", nargs="*", help="run directories or result files (a page each) and/or a directory "
@@ -570,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
                 ap.error("--nodes: expected >= 1")
             return run_command(args)
         return {"presets": presets_command, "keys": keys_command, "methods": methods_command,
-                "report": report_command}[args.cmd](args)
+                "report": report_command, "flwr-config": flwr_config_command}[args.cmd](args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
