@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.cli import _path_with_interpreter, flower_bin
 from tests.test_e2e import SMALL
 
 pytestmark = pytest.mark.e2e
@@ -111,7 +112,7 @@ def test_tls_superlink_refuses_an_unregistered_node_and_runs_with_a_registered_o
     procs = []
     try:
         link = subprocess.Popen(
-            ["flower-superlink", "--ssl-ca-certfile", f"{certs}/ca.crt", "--ssl-certfile", f"{certs}/server.pem",
+            [flower_bin("flower-superlink"), "--ssl-ca-certfile", f"{certs}/ca.crt", "--ssl-certfile", f"{certs}/server.pem",
              "--ssl-keyfile", f"{certs}/server.key", "--enable-supernode-auth",
              "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(control),
              "--fleet-api-address", f"127.0.0.1:{fleet}"],
@@ -124,14 +125,14 @@ def test_tls_superlink_refuses_an_unregistered_node_and_runs_with_a_registered_o
         (tmp_path / "home" / "config.toml").write_text(
             f'[superlink]\ndefault = "c"\n[superlink.c]\naddress = "127.0.0.1:{control}"\n'
             f'root-certificates = "{certs}/ca.crt"\n')
-        reg = subprocess.run(["flwr", "supernode", "register", f"{certs}/keys/node0.pub", "c"], env=env,
+        reg = subprocess.run([flower_bin("flwr"), "supernode", "register", f"{certs}/keys/node0.pub", "c"], env=env,
                              capture_output=True, text=True, timeout=120)
         assert reg.returncode == 0 and "registered successfully" in reg.stdout, reg.stdout + reg.stderr
 
         def node(key, i):
             nc = f'clients="auto" data-dir="{data_dir}" state-dir="{tmp_path / "state"}"'
             return subprocess.Popen(
-                ["flower-supernode", "--root-certificates", f"{certs}/ca.crt", "--auth-supernode-private-key",
+                [flower_bin("flower-supernode"), "--root-certificates", f"{certs}/ca.crt", "--auth-supernode-private-key",
                  f"{certs}/keys/{key}", "--superlink", f"127.0.0.1:{fleet}", "--host", "127.0.0.1",
                  "--port", str(_free_port()), "--node-config", nc],
                 env=env, cwd=tmp_path, start_new_session=True, stdout=open(tmp_path / f"node{i}.log", "w"),
