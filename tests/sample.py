@@ -1,0 +1,29 @@
+"""Which presets the per-preset tests run (``tests/test_golden.py``, ``tests/test_fused.py``).
+
+By default one preset per (method, harness, model, split) of the resolved config: every code path
+a preset can take, once. Presets that differ only in dataset or sizes run with
+``COROLLA_ALL_PRESETS=1`` (what a change that touches a dataset or the golden file runs; about
+ten minutes more on 2 cores). The choice prefers the README's preset, then the ML-100K preset of a
+group, then the shortest name, so it is stable as presets are added.
+"""
+from __future__ import annotations
+
+import os
+
+from corolla.config import resolve
+
+README_PRESET = "fedavg-mf-ml100k"
+
+
+def group(name: str) -> tuple:
+    cfg = resolve(name)
+    return cfg["method"], cfg["harness"], cfg["model"], cfg["split"], bool(cfg["client-models"])
+
+
+def sample(names: list[str]) -> list[str]:
+    if os.environ.get("COROLLA_ALL_PRESETS", "") not in ("", "0"):
+        return sorted(names)
+    chosen: dict[tuple, str] = {}
+    for n in sorted(names, key=lambda n: (n != README_PRESET, "ml100k" not in n, len(n), n)):
+        chosen.setdefault(group(n), n)
+    return sorted(chosen.values())
