@@ -4,7 +4,7 @@
 #   superlink   flower-superlink (Fleet API 9092, Control API 8000); with COROLLA_CERTS (ca.crt,
 #               server.pem, server.key, keys/*.pub): TLS and SuperNode authentication, and it
 #               registers every public key in keys/ itself, then marks the claims volume ready
-#   supernode   flower-supernode with node config clients="auto" (or COROLLA_NODE_CONFIG);
+#   supernode   corolla supernode (flower-supernode with settable waits) with node config clients="auto" (or COROLLA_NODE_CONFIG);
 #               TLS when COROLLA_CERTS is set, with a node key of its own claimed from keys/
 #   register    (TLS) register every public key in COROLLA_CERTS/keys with a running SuperLink
 #   submit      corolla run --superlink COROLLA_CONTROL (default superlink:8000), preset, rounds and
@@ -99,7 +99,10 @@ case "$role" in
     else
       tls=(--insecure)
     fi
-    exec flower-supernode "${tls[@]}" --superlink "$fleet" --host 127.0.0.1 --port 9094 --node-config "$nc" "$@"
+    # Flower's SuperNode with short waits (corolla supernode; COROLLA_IDLE_POLL, default 0.05 s on a
+    # compose network: see docs/deployment.md for the SuperLink's cost per idle node)
+    exec corolla supernode --idle-poll "${COROLLA_IDLE_POLL:-0.05}" --reply-poll "${COROLLA_REPLY_POLL:-0.05}" \
+      "${tls[@]}" --superlink "$fleet" --host 127.0.0.1 --port 9094 --node-config "$nc" "$@"
     ;;
   register)
     [ -n "$certs" ] || { echo "register: COROLLA_CERTS is not set" >&2; exit 2; }

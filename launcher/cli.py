@@ -36,6 +36,7 @@ from pathlib import Path
 
 from corolla import extras, provenance
 from corolla.config import ConfigError, parse_overrides, resolve
+from launcher.supernode import DEFAULT_REPLY_POLL, LOCAL_IDLE_POLL
 
 APP_DIR = Path(__file__).resolve().parents[1]
 SUPEREXEC_POLL_S = 0.05   # FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the processes Corolla starts (Flower: 1 s)
@@ -84,8 +85,11 @@ def _toml_str(v: str) -> str:
 class Cluster:
     """SuperLink + SuperNodes (or a simulation SuperLink) on loopback, stopped on exit."""
 
-    def __init__(self, out: Path, mode: str, nodes: int, data_dir: str | None, node_configs=None):
+    def __init__(self, out: Path, mode: str, nodes: int, data_dir: str | None, node_configs=None,
+                 idle_poll: float = LOCAL_IDLE_POLL, reply_poll: float = DEFAULT_REPLY_POLL,
+                 clientapp_start: str = "fork"):
         self.out, self.mode, self.nodes, self.data_dir = out, mode, nodes, data_dir
+        self.idle_poll, self.reply_poll, self.clientapp_start = idle_poll, reply_poll, clientapp_start
         self.node_configs = node_configs
         self.procs: list[subprocess.Popen] = []
         self.logs = out / "logs"
@@ -129,7 +133,10 @@ class Cluster:
                     nc["data-dir"] = self.data_dir
                 nc.setdefault("state-dir", str(self.out / "node-state" / f"node{i}"))
                 ncs = " ".join(f"{k}={_toml_str(v) if isinstance(v, str) else v}" for k, v in nc.items())
-                self._spawn(f"supernode{i}", [flower_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{fleet}",
+                self._spawn(f"supernode{i}", [sys.executable, "-m", "launcher.supernode",
+                                              "--idle-poll", str(self.idle_poll), "--reply-poll", str(self.reply_poll),
+                                              "--clientapp-start", self.clientapp_start,
+                                              "--insecure", "--superlink", f"127.0.0.1:{fleet}",
                                               "--host", "127.0.0.1", "--port", str(free_port()),
                                               "--node-config", ncs])
         (self.logs / "pids.json").write_text(json.dumps(
@@ -300,7 +307,8 @@ def run_command(args: argparse.Namespace) -> int:
         node_configs[int(idx)].update(parse_overrides([kv]))
     if args.mode == "inproc":
         return _run_inproc(out, run_cfg, node_configs, data_dir, args.quiet)
-    cluster = Cluster(out, args.mode, nodes, data_dir or None, node_configs)
+    cluster = Cluster(out, args.mode, nodes, data_dir or None, node_configs, args.idle_poll, args.reply_poll,
+                      args.clientapp_start)
     progress = out / "rounds.log"   # one line per round (the per-phase detail is in progress.log)
     pos = progress.stat().st_size if progress.exists() else 0
     show = not args.quiet
@@ -562,6 +570,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--root-certificates", metavar="CA",
                    help="with --superlink: the CA certificate of a TLS SuperLink (else insecure)")
     r.add_argument("--data-dir")
+    r.add_argument("--idle-poll", type=float, default=LOCAL_IDLE_POLL, metavar="S",
+                   help=f"local mode: the SuperNodes' wait after an empty pull (default {LOCAL_IDLE_POLL}; "
+                        "Flower's SuperNode: 3)")
+    r.add_argument("--reply-poll", type=float, default=DEFAULT_REPLY_POLL, metavar="S",
+                   help=f"local mode: the SuperNodes' step while waiting for a ClientApp's reply (default "
+                        f"{DEFAULT_REPLY_POLL}; Flower's SuperNode: 0.5)")
+    r.add_argument("--clientapp-start", choices=("fork", "exec"), default="fork",
+                   help="local mode: fork each ClientApp from a process that has imported Flower and torch "
+                        "(default) or start a fresh interpreter per message (Flower's way)")
     r.add_argument("--out")
     r.add_argument("--resume", metavar="RUN_DIR")
     r.add_argument("--export-topk", type=int, metavar="K")
@@ -590,6 +607,13 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--out", default=str(APP_DIR / "docs" / "site"), help="site folder (default docs/site)")
     rp.add_argument("--markdown", help="also write the Markdown overview here (docs/leaderboard.md)")
     rp.add_argument("--readme", help="also fill the README's <!-- leaderboard --> block")
+    sub.add_parser("supernode", add_help=False,
+                   help="Flower's SuperNode with settable waits: corolla supernode [--idle-poll S] [--reply-poll S] "
+                        "FLOWER-SUPERNODE-ARGS (see corolla supernode --help)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["supernode"]:   # every other argument belongs to flower-supernode
+        from launcher import supernode
+        return supernode.main(argv[1:])
     args = ap.parse_args(argv)
     try:
         if args.cmd == "run":

@@ -70,6 +70,9 @@ def test_real_superlink_run_matches_twenty_node_run_and_excludes_bad_payloads(tm
     assert re.search(r"round +3/\d+ .*\| valid \S+=[0-9.]+ test", log)  # live progress on the terminal
     s = json.loads((out / "summary.json").read_text())
     assert s["status"] == "completed" and s["rounds_completed"] == 3
+    # corolla run's SuperNodes are `corolla supernode`: short waits, ClientApps forked warm
+    node_log = (out / "logs" / "supernode0.log").read_text()
+    assert node_log.count("corolla warm: ClientApp process") >= 4   # handshake + 3 rounds
     # 20 logical clients on 2 real SuperNodes == the same 20 clients on 20 nodes
     ref = inproc(tmp_path, data_dir, 20)
     assert s["metrics"] == ref["metrics"]

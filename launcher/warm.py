@@ -1,0 +1,177 @@
+"""Warm ClientApp processes: Flower's SuperExec launches each ClientApp by forking a parent that
+has already imported Flower, torch, numpy and scipy, instead of starting a fresh interpreter.
+
+Flower 1.39 starts a new ``flwr-clientapp`` process for **every** message a SuperNode receives
+(``SubprocessExecutor.launch`` in ``flwr/supercore/superexec/executor/subprocess_executor.py``);
+on these cores importing Flower and torch in it costs about a second per message and node
+(``docs/results.md``, "One ClientApp process"). Nothing about the task changes here: the forked
+child runs Flower's own ``flwr-clientapp`` entry point with the exact arguments the stock executor
+would pass, pulls its message, FAB and context through the SuperNode's runtime API, loads the
+app from the FAB and exits, as before.
+
+Pieces, each as narrow as Flower allows:
+
+* :class:`ForkExecutor` — a ``SubprocessExecutor`` whose ``launch`` hands ClientApp tasks to the
+  fork server (other task types go the stock way);
+* :func:`serve` — the fork server (``python -m launcher.warm``): a single-threaded process that
+  imports only third-party modules (never the app: the FAB's code must be the one that runs),
+  then forks one child per task line read on stdin;
+* :func:`superexec_main` — ``flower-superexec`` with ``get_executor`` answering a ForkExecutor
+  for the subprocess executor type;
+* :class:`SuperExecCommand` — stands in for ``subprocess`` inside
+  ``flwr.supernode.start_client_internal`` so the SuperNode starts ``python -m launcher.warm
+  superexec`` where it would start ``flower-superexec``.
+
+Why forking is safe here: the fork server never runs a numerical operation, so no OpenMP/BLAS
+worker threads exist to be lost in the child, and it holds no sockets or locks of Flower's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+PRELOAD = ("flwr.supernode.cli.flwr_clientapp", "numpy", "scipy.sparse", "torch")
+
+
+# ----------------------------------------------------------------------------------- fork server
+def run_clientapp(argv: list[str]) -> None:
+    """Flower's ``flwr-clientapp`` entry point with ``argv``, in this (forked) process."""
+    from flwr.supernode.cli.flwr_clientapp import flwr_clientapp
+    sys.argv = ["flwr-clientapp", *argv]
+    flwr_clientapp()
+
+
+def _child(entry, argv: list[str], stdin) -> None:
+    """The forked child: run ``entry(argv)`` and leave with its exit code; never return."""
+    code = 0
+    try:
+        stdin.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        entry(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the child must never return into the loop
+        import traceback
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(preload=PRELOAD, stdin=None, entry=run_clientapp) -> None:
+    """Import ``preload``, then fork one child per line of ``stdin`` (a JSON list: the argv of
+    ``flwr-clientapp``) that runs ``entry(argv)``. Children are reaped by the kernel (SIGCHLD
+    ignored); the server ends when ``stdin`` closes (its SuperExec ended)."""
+    import importlib
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass   # a lean install without torch still forks; the child imports what it needs
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    stdin = stdin or sys.stdin
+    for line in stdin:
+        argv = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(entry, argv, stdin)
+        print(f"corolla warm: ClientApp process {pid} forked", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------- executor
+def clientapp_argv(spec) -> list[str]:
+    """The arguments Flower's SubprocessExecutor gives ``flwr-clientapp`` for ``spec``."""
+    from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG
+    args = [TASK_TYPE_TO_APPIO_API_ADDRESS_ARG[spec.task_type], spec.runtime_api_address, "--token", spec.token]
+    if spec.insecure:
+        args.append("--insecure")
+    elif spec.root_certificates_path is not None:
+        args.extend(["--root-certificates", spec.root_certificates_path])
+    if spec.parent_pid is not None:
+        args.extend(["--parent-pid", str(spec.parent_pid)])
+    if spec.runtime_dependency_install:
+        args.append("--allow-runtime-dependency-installation")
+    return args
+
+
+def fork_executor_class():
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExecutor
+    from flwr.supercore.superexec.executor.types import LaunchResult
+
+    class ForkExecutor(SubprocessExecutor):
+        """ClientApp tasks fork from the warm server; anything else starts as Flower starts it.
+        A dependency install per run (``--allow-runtime-dependency-installation``) needs a fresh
+        interpreter, so those tasks go the stock way too."""
+
+        def __init__(self):
+            self.server = subprocess.Popen([sys.executable, "-m", "launcher.warm", "serve"], stdin=subprocess.PIPE,
+                                           text=True, start_new_session=False)
+
+        def launch(self, spec) -> LaunchResult:
+            if (spec.task_type != TaskType.CLIENT_APP or spec.runtime_dependency_install
+                    or self.server.poll() is not None):
+                return super().launch(spec)
+            self.server.stdin.write(json.dumps(clientapp_argv(spec)) + "\n")
+            self.server.stdin.flush()
+            return LaunchResult.accepted()
+
+        def close(self) -> None:
+            if self.server.poll() is None:
+                self.server.stdin.close()
+                self.server.terminate()
+
+    return ForkExecutor
+
+
+def superexec_main() -> None:
+    """``flower-superexec`` whose subprocess executor is a :class:`ForkExecutor`."""
+    from flwr.supercore.constant import ExecutorType
+    from flwr.supercore.superexec import run_superexec as rs
+    stock = rs.get_executor
+    fork = fork_executor_class()
+
+    def get_executor(executor_type, *args: Any, **kwargs: Any):
+        if executor_type == ExecutorType.SUBPROCESS:
+            return fork()
+        return stock(executor_type, *args, **kwargs)
+
+    rs.get_executor = get_executor
+    from flwr.supercore.cli.flower_superexec import flower_superexec
+    sys.argv = ["flower-superexec", *sys.argv[2:]]
+    flower_superexec()
+
+
+class SuperExecCommand:
+    """Stands in for ``subprocess`` inside ``flwr.supernode.start_client_internal``: the SuperNode's
+    ``Popen(["flower-superexec", ...])`` becomes ``python -m launcher.warm superexec ...``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(args, *rest: Any, **kwargs: Any):  # noqa: N802 - the name it replaces
+        if isinstance(args, list) and args[:1] == ["flower-superexec"]:
+            args = [sys.executable, "-m", "launcher.warm", "superexec", *args[1:]]
+        return subprocess.Popen(args, *rest, **kwargs)
+
+
+def install() -> None:
+    """Make this process's SuperNode start the warm SuperExec (call before Flower's entry point)."""
+    from flwr.supernode import start_client_internal as sci
+    sci.subprocess = SuperExecCommand()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        serve()
+    elif sys.argv[1:2] == ["superexec"]:
+        superexec_main()
+    else:
+        sys.exit("usage: python -m launcher.warm serve|superexec [flower-superexec args]")
