@@ -538,6 +538,8 @@ def flwr_config_command(args: argparse.Namespace) -> int:
              f"set = {_toml_str(' '.join(f'{k}={json.dumps(v)}' for k, v in overrides.items()))}"]
     if args.data_dir:
         lines.append(f"data-dir = {_toml_str(str(Path(args.data_dir).expanduser().resolve()))}")
+    if args.out_dir:   # where the ServerApp writes summary.json etc. (its default: runs/<preset>-<time>)
+        lines.append(f"out-dir = {_toml_str(str(Path(args.out_dir).expanduser().resolve()))}")
     text = "\n".join(lines) + "\n"
     if args.output:
         Path(args.output).write_text(text)
@@ -599,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     fc.add_argument("preset")
     fc.add_argument("--set", action="append", metavar="KEY=VALUE")
     fc.add_argument("--data-dir")
+    fc.add_argument("--out-dir", help="the run's output folder on the ServerApp's machine")
     fc.add_argument("-o", "--output", help="write it here (default: standard output)")
     rp = sub.add_parser("report", help="the leaderboards of the papers' tables, a page per method and per run "
                                        "(static HTML + PNG) and a Markdown overview")
