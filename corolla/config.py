@@ -84,6 +84,10 @@ CORE: dict[str, Key] = {
     "num-negatives": Key(1, "training negatives per positive"),
     "neg-pool": Key("train", "training negatives from items not in the user's train set ('train') or not interacted at all ('uninteracted')", ("train", "uninteracted")),
     "device": Key("auto", "torch device of the clients: auto (CUDA if available), cpu, cuda, cuda:N"),
+    "compat-client-aggregation": Key("none", "also report the paper's client aggregation as metrics_paper_compat: "
+                                     "'client-best-mean' = per client the best test value over the evaluated "
+                                     "rounds, then the unweighted mean over clients (the LPSFed code's 'Final "
+                                     "Results'; needs report-per-client)", ("none", "client-best-mean")),
     "report-per-client": Key(False, "also report each logical client's metrics and their unweighted mean (silo methods: LPSFed)"),
     # --- outputs
     "export-topk": Key(0, "write OUT/topk.jsonl with the top-K items of every user (0 = off)"),
@@ -274,6 +278,9 @@ def validate(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"config key 'num-rounds': expected >= 1, got {cfg['num-rounds']}")
     if not 0.0 < cfg["fraction-train"] <= 1.0:
         raise ConfigError(f"config key 'fraction-train': expected in (0, 1], got {cfg['fraction-train']}")
+    if cfg["compat-client-aggregation"] != "none" and not cfg["report-per-client"]:
+        raise ConfigError(f"config key 'compat-client-aggregation'={cfg['compat-client-aggregation']!r} needs the "
+                          "per-client metrics: set report-per-client=true")
     ks = int_list(cfg, "topk")
     if any(k < 1 for k in ks):
         raise ConfigError(f"config key 'topk': expected positive integers, got {cfg['topk']!r}")

@@ -218,6 +218,8 @@ class RunRecorder:
                               "round": csel["round"] if csel else None},
                 "metrics": (csel["compat"] or csel["metrics"]) if csel else {},
             }
+        if self.cfg.get("compat-client-aggregation", "none") == "client-best-mean":
+            out["metrics_paper_compat"] = client_best_mean(self._evaluated())
         self.plot()
         if self.sink is not None:
             self.sink.summary(out)
@@ -239,3 +241,22 @@ class RunRecorder:
         learning_curve(self.history, key, self.out / "learning_curve.png",
                        f"{self.preset or self.cfg['method']} ({self.cfg['dataset']})",
                        paper if isinstance(paper, (int, float)) else None, sel["round"] if sel else None)
+
+
+def client_best_mean(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The LPSFed code's "Final Results" (benchmarks/lpsfed_authors.md): for each client the best
+    test value of each metric over the evaluated rounds (each metric's own best round, as the
+    code's running maxima), then the unweighted mean over clients. It selects on test, so it is a
+    paper-compatible number beside the validation-selected pooled one, never a replacement."""
+    best: dict[str, dict[str, float]] = {}
+    for h in history:
+        for cid, mets in h.get("per_client", {}).items():
+            b = best.setdefault(cid, {})
+            for k, v in mets.items():
+                if k != "users" and (k not in b or v > b[k]):
+                    b[k] = float(v)
+    keys = set.intersection(*(set(b) for b in best.values())) if best else set()
+    return {"aggregation": "client-best-mean: per client the best test value over the evaluated rounds, "
+                           "then the unweighted mean over clients (the LPSFed code's Final Results)",
+            "clients": len(best), "rounds": [h["round"] for h in history if "per_client" in h],
+            "metrics": {k: float(np.mean([b[k] for b in best.values()])) for k in sorted(keys)}}
