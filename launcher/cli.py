@@ -36,7 +36,7 @@ from pathlib import Path
 
 from corolla import extras, provenance
 from corolla.config import ConfigError, parse_overrides, resolve
-from launcher.supernode import DEFAULT_REPLY_POLL, LOCAL_IDLE_POLL
+from launcher.supernode import DEFAULT_REPLY_POLL, LOCAL_IDLE_POLL, seconds_arg
 
 APP_DIR = Path(__file__).resolve().parents[1]
 SUPEREXEC_POLL_S = 0.05   # FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the processes Corolla starts (Flower: 1 s)
@@ -572,10 +572,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--root-certificates", metavar="CA",
                    help="with --superlink: the CA certificate of a TLS SuperLink (else insecure)")
     r.add_argument("--data-dir")
-    r.add_argument("--idle-poll", type=float, default=LOCAL_IDLE_POLL, metavar="S",
+    r.add_argument("--idle-poll", type=seconds_arg("--idle-poll"), default=LOCAL_IDLE_POLL, metavar="S",
                    help=f"local mode: the SuperNodes' wait after an empty pull (default {LOCAL_IDLE_POLL}; "
                         "Flower's SuperNode: 3)")
-    r.add_argument("--reply-poll", type=float, default=DEFAULT_REPLY_POLL, metavar="S",
+    r.add_argument("--reply-poll", type=seconds_arg("--reply-poll"), default=DEFAULT_REPLY_POLL, metavar="S",
                    help=f"local mode: the SuperNodes' step while waiting for a ClientApp's reply (default "
                         f"{DEFAULT_REPLY_POLL}; Flower's SuperNode: 0.5)")
     r.add_argument("--clientapp-start", choices=("fork", "exec"), default="fork",

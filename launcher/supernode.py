@@ -60,7 +60,7 @@ class Waits:
         return getattr(time, name)
 
 
-def _positive(flag: str):
+def seconds_arg(flag: str):
     def parse(text: str) -> float:
         try:
             v = float(text)
@@ -75,8 +75,8 @@ def _positive(flag: str):
 def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """Corolla's two flags out of ``argv``; the rest goes to ``flower-supernode`` untouched."""
     p = argparse.ArgumentParser(prog="corolla supernode", add_help=False)
-    p.add_argument("--idle-poll", type=_positive("--idle-poll"), default=DEFAULT_IDLE_POLL)
-    p.add_argument("--reply-poll", type=_positive("--reply-poll"), default=DEFAULT_REPLY_POLL)
+    p.add_argument("--idle-poll", type=seconds_arg("--idle-poll"), default=DEFAULT_IDLE_POLL)
+    p.add_argument("--reply-poll", type=seconds_arg("--reply-poll"), default=DEFAULT_REPLY_POLL)
     p.add_argument("--clientapp-start", choices=("fork", "exec"), default="fork")
     return p.parse_known_args(argv)
 
