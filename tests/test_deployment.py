@@ -84,6 +84,9 @@ def test_compose_files_define_the_services_and_the_gpu_profile():
     assert any(v.endswith(":/data:ro") for v in svc["supernode"]["volumes"])     # datasets read-only
     assert any(v.endswith(":/runs") for v in svc["run"]["volumes"])
     assert "node-state:/state" in svc["supernode"]["volumes"]                   # shared client state
+    # safe default: the SuperLink's ports are published on the host's loopback unless COROLLA_BIND says otherwise
+    ports = svc["superlink"]["ports"]
+    assert ports and all(p.startswith("${COROLLA_BIND:-127.0.0.1}:") for p in ports), ports
     gpu = svc["supernode-gpu"]
     assert gpu["profiles"] == ["gpu"]
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
@@ -99,6 +102,24 @@ def test_compose_files_define_the_services_and_the_gpu_profile():
                   ["-f", "compose.yaml", "--profile", "gpu"]):
         p = subprocess.run(tool + files + ["config", "-q"], cwd=ROOT, capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
+
+
+def test_no_private_key_is_tracked_or_enters_an_image():
+    """Keys and certificates are made by docker/certs.sh into docker/certs (ignored by git and by
+    the image build); no tracked file holds a private key."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    pem_key = re.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+    names = [n for n in tracked.stdout.split("\0") if n]
+    assert names
+    for name in names:
+        path = ROOT / name
+        if path.is_file():
+            assert not pem_key.search(path.read_bytes()), f"{name} holds a private key"
+    assert "docker/certs" in (ROOT / ".dockerignore").read_text().split()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "docker/certs/keys/node0"], cwd=ROOT)
+    assert ignored.returncode == 0, "docker/certs is not ignored by git"
 
 
 # --------------------------------------------------------------------------- TLS on loopback
