@@ -49,6 +49,28 @@ class GFCFClient(LogicalClient):
             f = f + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, f.shape).astype(np.float32)
         return PhaseResult(payload={"filter": f}, metrics={"num-examples": self.num_train}, state={"basis": v})
 
+    @staticmethod
+    def batch_upload(clients, rnd, states, shared, personals) -> list[PhaseResult]:
+        """The node's clients upload together. ``gfcf-upload = per-client``: each its own filter,
+        exactly as :meth:`phase_upload`. ``node-sum``: the first client's reply carries the float64
+        sum of every client's (noised) filter as ``filter-sum`` and ``summed-clients`` = their
+        count; the others carry no array (``summed-into`` names the carrier). The sum is built as
+        the filters are made, so the node holds one M × M sum, not one filter per client."""
+        node_sum = clients[0].cfg["gfcf-upload"] == "node-sum"
+        results, total = [], None
+        for c, st, p in zip(clients, states, personals):
+            r = c.phase_upload(rnd, st, shared, p)
+            if node_sum:
+                f = r.payload.pop("filter")
+                total = f.astype(np.float64) if total is None else total + f
+                r.metrics["summed-into"] = clients[0].cid
+            results.append(r)
+        if node_sum:
+            results[0].payload["filter-sum"] = total
+            results[0].metrics["summed-clients"] = len(results)
+            del results[0].metrics["summed-into"]
+        return results
+
     def scores(self, state, shared, personal, local_users, items):
         r = self.train_matrix()[local_users]
         out = r @ self.filter(self.basis(state))

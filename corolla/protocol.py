@@ -108,6 +108,7 @@ def payload_size(arrays: dict[str, np.ndarray]) -> int:
 class ArraySpec:
     shape: tuple[int, ...]
     dtype: str = "float32"
+    optional: bool = False    # may be absent (when present: this shape and dtype)
 
 
 class PayloadError(ValueError):
@@ -117,11 +118,13 @@ class PayloadError(ValueError):
 def validate_payload(arrays: dict[str, np.ndarray], expected: dict[str, ArraySpec]) -> None:
     """Raise :class:`PayloadError` unless ``arrays`` has exactly the expected keys, shapes, dtypes,
     and only finite values."""
-    missing = sorted(set(expected) - set(arrays))
+    missing = sorted(k for k, spec in expected.items() if not spec.optional and k not in arrays)
     extra = sorted(set(arrays) - set(expected))
     if missing or extra:
         raise PayloadError(f"keys: missing {missing}, unexpected {extra}")
     for k, spec in expected.items():
+        if k not in arrays:
+            continue
         a = arrays[k]
         if tuple(a.shape) != tuple(spec.shape):
             raise PayloadError(f"'{k}': expected shape {tuple(spec.shape)}, got {tuple(a.shape)}")

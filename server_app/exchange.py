@@ -201,7 +201,11 @@ class Exchanger:
                         mets = {k: v for k, v in res.metrics.items() if k.startswith(("valid/", "test/"))}
                         if mets:   # a client that evaluates its post-training model in its reply
                             self.reply_evals[c] = ClientResult({}, mets)
-                    out[c] = self.strategy.accept(phase, rnd, c, res)
+                    try:   # the strategy's own checks of what it folds in (PayloadError: excluded)
+                        out[c] = self.strategy.accept(phase, rnd, c, res)
+                    except PayloadError as e:
+                        log(WARNING, "logical client %s: %s in phase %s; excluded", c, e, phase)
+                        stats.excluded.append({"client": c, "reason": f"invalid payload: {e}"})
             stats.compute_s = max(stats.compute_s, node_compute)
         return out, evals
 

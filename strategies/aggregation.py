@@ -43,6 +43,15 @@ class RunningMean:
         self.sum += x
         self.n += 1
 
+    def add_sum(self, total: np.ndarray, n: int) -> None:
+        """Fold in ``total``, already the sum of ``n`` arrays (a node's pre-summed uploads)."""
+        if self.sum is None:
+            self.sum = np.zeros(total.shape, np.float64)
+        elif total.shape != self.sum.shape:
+            raise ValueError(f"RunningMean: expected shape {self.sum.shape}, got {total.shape}")
+        self.sum += total
+        self.n += n
+
     def pop(self, dtype=np.float32) -> tuple[np.ndarray | None, int]:
         """(mean or None when nothing was added, count), and reset."""
         out = None if self.n == 0 else (self.sum / self.n).astype(dtype)

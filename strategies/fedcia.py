@@ -4,7 +4,10 @@ Round 1, phase ``upload``: every logical client sends its (noised) GF-CF filter 
 The server averages them, ``F_agg = (1/K) Σ_k F_k`` (paper §5.3.1; code fedcia_gsp.py:32, a
 plain mean), *streaming*: each filter is added to a float64 running sum as its node's reply
 arrives and is then dropped, so server memory is O(M²) whatever the number of clients.
-``evaluate`` sends ``F_agg`` to every node. GF-CF is one-shot: later rounds only re-evaluate.
+``evaluate`` sends ``F_agg`` to every node. With ``gfcf-upload = node-sum`` a node uploads
+the float64 sum of its clients' filters once (``filter-sum``, with the count
+``summed-clients``): the same mean up to the order of float64 additions, the bytes of one filter
+per node instead of one per client. GF-CF is one-shot: later rounds only re-evaluate.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from corolla.models.similarity import svd_reconstruct
-from corolla.protocol import ArraySpec
+from corolla.protocol import ArraySpec, PayloadError
 from strategies.aggregation import RunningMean
 from strategies.base import ClientResult, CorollaStrategy
 
@@ -31,13 +34,31 @@ class FedCIAGFCF(CorollaStrategy):
         return ["upload"] if self.f_agg is None else []
 
     def expected_payload(self, phase, cid):
-        return {"filter": ArraySpec((self.n_items, self.n_items), "float32")}
+        m = (self.n_items, self.n_items)
+        if self.cfg["gfcf-upload"] == "node-sum":   # a node's sum, or a client's own filter, or nothing
+            return {"filter": ArraySpec(m, "float32", optional=True),
+                    "filter-sum": ArraySpec(m, "float64", optional=True)}
+        return {"filter": ArraySpec(m, "float32")}
+
+    def _node_mates(self, cid: int) -> list[int]:
+        node = self.clients.get(cid, {}).get("node")
+        return [c for c, v in self.clients.items() if v.get("node") == node] if node is not None else [cid]
 
     def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
         if phase != "upload":
             return result
-        self._mean.add(result.payload["filter"])
-        return ClientResult({}, result.metrics)
+        p, mets = result.payload, result.metrics
+        if "filter-sum" in p:   # gfcf-upload = node-sum: the sum of this node's clients' filters
+            n, mates = mets.get("summed-clients"), self._node_mates(cid)
+            if "filter" in p or not isinstance(n, int) or not 1 <= n <= len(mates):
+                raise PayloadError(f"a node sum must come alone with 1 <= summed-clients <= {len(mates)} "
+                                   f"(the node's clients); got summed-clients={n!r}, arrays {sorted(p)}")
+            self._mean.add_sum(p["filter-sum"], n)
+        elif "filter" in p:
+            self._mean.add(p["filter"])
+        elif mets.get("summed-into") not in self._node_mates(cid):
+            raise PayloadError(f"no filter, and summed-into={mets.get('summed-into')!r} names no client of its node")
+        return ClientResult({}, mets)
 
     def aggregate_phase(self, phase, rnd, results):
         f_agg, n = self._mean.pop()

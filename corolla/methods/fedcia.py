@@ -8,6 +8,7 @@ from corolla.methods.declaration import Method
 KEYS = {
     "svd-number": Key(32, "GF-CF: rows k of the ideal low-pass filter"),
     "gfcf-wp": Key(0.3, "GF-CF: weight of the ideal low-pass filter"),
+    "gfcf-upload": Key("per-client", "FedCIA GF-CF: each client uploads its filter (the paper) or 'node-sum': a node adds its clients' filters in float64 and uploads one sum (the server sees per-node sums only; same F_agg up to float64 summation order; a node's invalid client excludes its whole sum)", ("per-client", "node-sum")),
     "gfcf-null-rows": Key("lapack", "GF-CF with fewer users than svd-number: keep LAPACK's null-space rows (code) or drop them", ("lapack", "drop")),
     "agg-beta": Key(60.0, "FedCIA GF-CF: prediction R F_k + agg-beta * R F_agg"),
     "laplace-scale": Key(0.001, "FedCIA: scale b of the i.i.d. Laplace noise added to every uploaded matrix (0 = none)"),
@@ -25,7 +26,7 @@ def check_gfcf(cfg):
         raise ConfigError("config key 'protocol': GF-CF scores every item; it needs protocol=full-rank")
 
 
-PROTOCOL = "Parameter models: each round a client trains its model and uploads an M×M item–item similarity of its item embeddings (11.3 MB at M = 1,682; or its truncated-SVD factors with fedcia-upload = svd), plus Laplace noise; the server sums them and sends the mean similarity back once per node; clients fine-tune towards it. GF-CF: one shot, each client uploads its M×M GF-CF filter and receives the mean filter. The server sees each client's (noised) similarity or filter, never embeddings or interactions."
+PROTOCOL = "Parameter models: each round a client trains its model and uploads an M×M item–item similarity of its item embeddings (11.3 MB at M = 1,682; or its truncated-SVD factors with fedcia-upload = svd), plus Laplace noise; the server sums them and sends the mean similarity back once per node; clients fine-tune towards it. GF-CF: one shot, each client uploads its M×M GF-CF filter and receives the mean filter (with gfcf-upload = node-sum a node uploads the float64 sum of its clients' filters instead). The server sees each client's (noised) similarity or filter — with node-sum only each node's sum — never embeddings or interactions."
 
 METHODS = [
     Method("fedcia", "silo", ("gfcf",), "strategies.fedcia:FedCIAGFCF", "client_app.gfcf:GFCFClient",
