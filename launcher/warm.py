@@ -65,8 +65,8 @@ def _child(entry, argv: list[str], stdin) -> None:
 
 
 def serve(preload=PRELOAD, stdin=None, entry=run_clientapp) -> None:
-    """Import ``preload``, then fork one child per line of ``stdin`` (a JSON list: the argv of
-    ``flwr-clientapp``) that runs ``entry(argv)``. Children are reaped by the kernel (SIGCHLD
+    """Import ``preload``, then fork one child per line of ``stdin`` (JSON: ``{"argv": the argv of
+    flwr-clientapp, "quiet": no output}``) that runs ``entry(argv)``. Children are reaped by the kernel (SIGCHLD
     ignored); the server ends when ``stdin`` closes (its SuperExec ended)."""
     import importlib
     for name in preload:
@@ -77,10 +77,14 @@ def serve(preload=PRELOAD, stdin=None, entry=run_clientapp) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     stdin = stdin or sys.stdin
     for line in stdin:
-        argv = json.loads(line)
+        task = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _child(entry, argv, stdin)
+            if task.get("quiet"):   # as SubprocessExecutor's suppress_output: no output from the task
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)
+                os.dup2(devnull, 2)
+            _child(entry, task["argv"], stdin)
         print(f"corolla warm: ClientApp process {pid} forked", file=sys.stderr, flush=True)
 
 
@@ -118,8 +122,11 @@ def fork_executor_class():
             if (spec.task_type != TaskType.CLIENT_APP or spec.runtime_dependency_install
                     or self.server.poll() is not None):
                 return super().launch(spec)
-            self.server.stdin.write(json.dumps(clientapp_argv(spec)) + "\n")
-            self.server.stdin.flush()
+            try:
+                self.server.stdin.write(json.dumps({"argv": clientapp_argv(spec), "quiet": spec.suppress_output}) + "\n")
+                self.server.stdin.flush()
+            except OSError:   # the fork server is gone: start this task the stock way
+                return super().launch(spec)
             return LaunchResult.accepted()
 
         def close(self) -> None:

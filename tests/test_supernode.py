@@ -101,7 +101,7 @@ def test_fork_server_runs_each_task_in_its_own_child_and_ends_with_its_input(tmp
                          cwd=root)
     files = [tmp_path / f"t{i}" for i in range(3)]
     for i, f in enumerate(files):
-        p.stdin.write(json.dumps([str(f), str(i)]) + "\n")
+        p.stdin.write(json.dumps({"argv": [str(f), str(i)], "quiet": False}) + "\n")
     p.stdin.close()
     assert p.wait(30) == 0
     err = p.stderr.read()
