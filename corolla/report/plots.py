@@ -17,6 +17,22 @@ def _plt():
     return plt
 
 
+def _finish(fig, ax, path: Path, title: str, ylabel: str, xlabel: str | None = None, grid: bool = True,
+            legend: bool = True, title_size: float = 10) -> None:
+    """Labels, title, grid and legend of a report plot, then written to ``path`` and closed."""
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=title_size)
+    if grid:
+        ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _plt().close(fig)
+
+
 def learning_curve(rounds: list[dict[str, Any]], key: str, path: Path, title: str,
                    paper: float | None = None, selected: int | None = None) -> bool:
     """Validation and test ``key`` per evaluated round, the paper's number as a horizontal line,
@@ -35,14 +51,8 @@ def learning_curve(rounds: list[dict[str, Any]], key: str, path: Path, title: st
         ax.axhline(paper, color="grey", linestyle=":", label=f"paper {paper:.4f}")
     if selected is not None:
         ax.axvline(selected, color="black", linewidth=0.8, linestyle="--", label=f"selected round {selected}")
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"{key} (fraction of users)" if key.startswith(("hr", "recall", "precision")) else key)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _finish(fig, ax, path, title, f"{key} (fraction of users)" if key.startswith(("hr", "recall", "precision")) else key,
+            "round", title_size=plt.rcParams["axes.titlesize"])
     return True
 
 
@@ -60,12 +70,7 @@ def bars(labels: list[str], ours: list[float | None], paper: list[float | None],
             ax.text(i + 0.2, 0, "not run", rotation=90, ha="center", va="bottom", fontsize=7, color="#555")
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel(metric)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _finish(fig, ax, path, title, metric, grid=False)
 
 
 def curves(rows: list[dict[str, str]], key: str, path: Path, title: str, paper: float | None = None) -> None:
@@ -80,14 +85,7 @@ def curves(rows: list[dict[str, str]], key: str, path: Path, title: str, paper: 
         ax.plot(r, [float(x[f"ours_valid_{key}"]) for x in rows], ":", label=f"Corolla validation {key}")
     if paper is not None:
         ax.axhline(paper, color="grey", linestyle=":", label=f"paper {paper:.4f}")
-    ax.set_xlabel("round")
-    ax.set_ylabel(key)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _finish(fig, ax, path, title, key, "round")
 
 
 def bytes_quality(points: list[tuple[str, float, float]], metric: str, path: Path, title: str) -> None:
@@ -99,10 +97,4 @@ def bytes_quality(points: list[tuple[str, float, float]], metric: str, path: Pat
         for label, b, m in points:
             ax.annotate(label, (b / 1e6, m), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
-    ax.set_xlabel("MB per round (up + down)")
-    ax.set_ylabel(metric)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _finish(fig, ax, path, title, metric, "MB per round (up + down)", legend=False)
