@@ -74,3 +74,35 @@ def test_node_sum_run_equals_per_client_run_with_a_node_share_of_the_bytes(tmp_p
     assert plain["bytes_up"] > 100 * m * 4 > 2 * m * 8 >= summed["bytes_up"] - 1_000_000
     for k, v in plain["metrics"].items():
         assert summed["metrics"][k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
+
+
+def test_a_node_claiming_more_clients_than_it_hosts_is_excluded_by_the_exchanger(tmp_path, data_dir):
+    """Through the server's exchanger: a node whose sum claims 999 clients loses its sum (the
+    exclusion names the carrier and the reason in rounds.jsonl); the other node's sum is used."""
+    import json
+
+    from flwr.app import ConfigRecord
+
+    from server_app.app import run_federation
+    from tests.inproc import InProcessTransport, partitions
+    lied = []
+
+    def tamper(node, message_type, rep):
+        for name, rec in rep.items():
+            if isinstance(rec, ConfigRecord):
+                for k in [k for k in rec.keys() if k.endswith("metrics")]:
+                    mets = json.loads(rec[k])
+                    for m in mets.values():
+                        if "summed-clients" in m and not lied:
+                            m["summed-clients"] = 999
+                            lied.append(node)
+                    rec[k] = json.dumps(mets)
+        return rep
+
+    out = tmp_path / "run"
+    s = run_federation(InProcessTransport(partitions(2, {"data-dir": data_dir}), tamper),
+                       {"preset": "fedcia-gfcf-ml100k", "set": "num-rounds=1 gfcf-upload=node-sum",
+                        "out-dir": str(out), "data-dir": data_dir})
+    ex = json.loads((out / "rounds.jsonl").read_text().splitlines()[0])["phases"][0]["excluded"]
+    assert lied and len(ex) == 1 and "summed-clients" in ex[0]["reason"], ex
+    assert s["status"] == "completed"
