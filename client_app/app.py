@@ -15,7 +15,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app.host import NodeHost
-from corolla.messages import ClientOut, Flat, PhaseReply, PhaseRequest, config_hash
+from corolla.messages import (PROTOCOL_VERSION, ClientOut, Flat, PhaseReply, PhaseRequest, config_hash,
+                              version_mismatch)
 from flower_io.records import from_records, to_records
 
 app = ClientApp()
@@ -40,6 +41,17 @@ def run_config(req: PhaseRequest, run_state: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+class VersionMismatch(RuntimeError):
+    """The node's protocol, Corolla or Flower differs from the server's: its handshake fails."""
+
+
+def node_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    import corolla
+    return {"protocol": str(PROTOCOL_VERSION), "corolla": corolla.__version__, "flwr": version("flwr")}
+
+
 def _split(out) -> tuple[dict[int, ClientOut], dict[int, str]]:
     ok = {c: ClientOut(r.payload, r.metrics) for c, r in out.items() if not isinstance(r, str)}
     return ok, {c: r for c, r in out.items() if isinstance(r, str)}
@@ -48,6 +60,10 @@ def _split(out) -> tuple[dict[int, ClientOut], dict[int, str]]:
 def handle_flat(flat: Flat, node_config: dict, run_state: dict[str, Any]) -> Flat:
     """Pure message handler on flat messages (``corolla.messages``)."""
     req = PhaseRequest.decode(flat)
+    if req.phase == "handshake" and req.versions is not None:
+        bad = version_mismatch(req.versions, node_versions())
+        if bad:
+            raise VersionMismatch(bad)
     host = NodeHost(node_config, run_config(req, run_state), req.run)
     if req.phase == "handshake":
         return host.handshake(req.restore_round).encode()

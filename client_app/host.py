@@ -132,7 +132,8 @@ class NodeHost:
         if self.fed.item_owner is not None:   # subgraph clients: their own item universe
             for c in self.hosted:
                 hosted[c]["items"] = int((self.fed.item_owner == c).sum())
-        return NodeInfo(hosted, int(self.fed.n_items), bool(self.edge_file), self.auto, self.fed.stats)
+        return NodeInfo(hosted, int(self.fed.n_items), bool(self.edge_file), self.auto, self.fed.stats,
+                        str(self.node_config.get("auth-key", "")))
 
     def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
                   personal: dict[int, dict[str, np.ndarray]]):
@@ -171,6 +172,7 @@ class NodeHost:
                     elif ld is None:
                         self.store.save(cid, rnd, st)
                     res.metrics["compute-s"] = dt
+                    res.metrics["state-round"] = ld[0] if ld is not None else 0
                     out[cid] = res
                 return out
             except Exception:
@@ -191,6 +193,7 @@ class NodeHost:
                 elif loaded is None:
                     self.store.save(cid, rnd, state)
                 res.metrics["compute-s"] = time.perf_counter() - t0
+                res.metrics["state-round"] = loaded[0] if loaded is not None else 0   # 0: a fresh state
                 out[cid] = res
             except Exception:  # one failing logical client must not take the node down
                 out[cid] = traceback.format_exc(limit=6)

@@ -39,10 +39,30 @@ from typing import Any
 
 import numpy as np
 
-from corolla.protocol import dumps_per_client, loads_per_client, npy_size, pack, payload_size, unpack
+from corolla.protocol import PayloadError, dumps_per_client, loads_per_client, npy_size, pack, payload_size, unpack
 
 Arrays = dict[str, np.ndarray]
 Flat = dict[str, dict[str, Any]]   # record name -> {key: scalar} or {key: ndarray}
+
+
+PROTOCOL_VERSION = 1   # this module's wire format; a node and a server must speak the same one
+
+
+def version_mismatch(server: dict[str, str], node: dict[str, str]) -> str | None:
+    """One line naming what differs between the server's and the node's versions (``protocol``,
+    ``corolla``, ``flwr``: Flower's major.minor), or None when they match."""
+    def mm(v: str) -> str:
+        return ".".join(str(v).split(".")[:2])
+    diff = [k for k in ("protocol", "corolla") if str(server.get(k)) != str(node.get(k))]
+    if mm(server.get("flwr", "")) != mm(node.get("flwr", "")):
+        diff.append("flwr")
+    if not diff:
+        return None
+    names = {"protocol": "message protocol", "corolla": "Corolla", "flwr": "Flower"}
+    say = ", ".join(f"{names[k]} {node.get(k)} (the server: {server.get(k)})" for k in diff)
+    fix = " and ".join(f"flwr=={server.get('flwr')}" if k == "flwr" else f"Corolla {server.get('corolla')}"
+                       for k in diff if k != "protocol") or f"Corolla {server.get('corolla')}"
+    return f"version mismatch: this node runs {say}; install {fix} on the node (or the node's on the server)"
 
 
 def config_hash(cfg: dict[str, Any]) -> str:
@@ -91,12 +111,15 @@ class PhaseRequest:
     restore_round: int = 0
     evaluation: EvalPart | None = None
     cfg: dict[str, Any] | None = None   # the resolved run config: in the handshake only
+    versions: dict[str, str] | None = None   # the server's protocol/Corolla/Flower: in the handshake only
 
     def encode(self) -> Flat:
         conf: dict[str, Any] = {"phase": self.phase, "round": int(self.round), "clients": json.dumps(self.clients),
                                 "restore-round": int(self.restore_round), **self.run.encode()}
         if self.cfg is not None:
             conf["cfg"] = json.dumps(self.cfg)
+        if self.versions is not None:
+            conf["versions"] = json.dumps(self.versions)
         flat: Flat = {"config": conf}
         if self.shared:
             flat["global"] = dict(self.shared)
@@ -125,7 +148,8 @@ class PhaseRequest:
                           unpack(flat["eval-personal"]) if "eval-personal" in flat else {})
         return cls(str(conf["phase"]), int(conf.get("round", 0)), [int(c) for c in json.loads(conf.get("clients", "[]"))],
                    RunInfo.decode(conf), shared, unpack(flat["personal"]) if "personal" in flat else {},
-                   int(conf.get("restore-round", 0)), ev, json.loads(conf["cfg"]) if "cfg" in conf else None)
+                   int(conf.get("restore-round", 0)), ev, json.loads(conf["cfg"]) if "cfg" in conf else None,
+                   json.loads(conf["versions"]) if "versions" in conf else None)
 
     def bytes_down(self) -> int:
         """Bytes of the arrays this message carries (``corolla.protocol``): shared arrays once,
@@ -152,6 +176,7 @@ class PhaseReply:
     errors: dict[int, str] = field(default_factory=dict)
     eval_results: dict[int, ClientOut] = field(default_factory=dict)
     eval_errors: dict[int, str] = field(default_factory=dict)
+    orphans: list[int] = field(default_factory=list)   # decoded payloads without metrics (dropped)
 
     def encode(self) -> Flat:
         flat: Flat = {}
@@ -174,17 +199,28 @@ class PhaseReply:
         """Raises ``corolla.protocol.PayloadError`` (or ``ValueError``/``KeyError``) on a malformed
         reply. A payload without a metrics record is dropped (its client counts as not replied)."""
         res = flat.get("results", {})
+        if not isinstance(res, dict):
+            raise PayloadError("record 'results': expected a config record")
         out = cls()
         for prefix in ("", "eval-") if evaluation else ("",):
-            payloads = unpack(dict(flat[f"{prefix}payload"])) if f"{prefix}payload" in flat else {}
-            mets = loads_per_client(res.get(f"{prefix}metrics"))
-            errs = loads_per_client(res.get(f"{prefix}errors"))
+            packed = flat.get(f"{prefix}payload", {})
+            if not isinstance(packed, dict) or not all(isinstance(a, np.ndarray) for a in packed.values()):
+                raise PayloadError(f"record '{prefix}payload': expected an array record")
+            payloads = unpack(dict(packed))
+            mets = loads_per_client(res.get(f"{prefix}metrics"), dict)
+            errs = loads_per_client(res.get(f"{prefix}errors"), str)
             results = {c: ClientOut(payloads.get(c, {}), dict(m)) for c, m in mets.items()}
+            unclaimed = sorted(set(payloads) - set(mets))
             if prefix:
-                out.eval_results, out.eval_errors = results, {c: str(e) for c, e in errs.items()}
+                out.eval_results, out.eval_errors = results, errs
             else:
-                out.results, out.errors = results, {c: str(e) for c, e in errs.items()}
+                out.results, out.errors = results, errs
+            out.orphans += unclaimed
         return out
+
+    def clients(self) -> set[int]:
+        """Every client id the reply speaks for (results, errors, payloads without metrics)."""
+        return set(self.results) | set(self.errors) | set(self.eval_results) | set(self.eval_errors) | set(self.orphans)
 
 
 @dataclass
@@ -195,14 +231,31 @@ class NodeInfo:
     edge: bool = False
     auto: bool = False
     data_stats: dict[str, Any] = field(default_factory=dict)
+    key: str = ""     # sha256 of the SuperNode's public key when it authenticates (``auth-key``)
 
     def encode(self) -> Flat:
-        return {"node": {"hosted": json.dumps({str(c): v for c, v in self.hosted.items()}), "n-items": int(self.n_items),
-                         "edge": bool(self.edge), "auto": bool(self.auto), "data-stats": json.dumps(self.data_stats)}}
+        node = {"hosted": json.dumps({str(c): v for c, v in self.hosted.items()}), "n-items": int(self.n_items),
+                "edge": bool(self.edge), "auto": bool(self.auto), "data-stats": json.dumps(self.data_stats)}
+        if self.key:
+            node["key"] = self.key
+        return {"node": node}
 
     @classmethod
     def decode(cls, flat: Flat) -> NodeInfo:
-        info = flat["node"]
-        return cls({int(c): v for c, v in json.loads(info["hosted"]).items()}, int(info["n-items"]),
-                   bool(info.get("edge", False)), bool(info.get("auto", False)),
-                   json.loads(info["data-stats"]) if "data-stats" in info else {})
+        """Raises :class:`PayloadError` unless the reply is a well-formed handshake."""
+        info = flat.get("node")
+        if not isinstance(info, dict):
+            raise PayloadError("record 'node': missing or not a config record")
+        hosted = loads_per_client(info.get("hosted"), dict)
+        for c, v in hosted.items():
+            if c < 0 or not all(isinstance(v.get(k), int) and not isinstance(v.get(k), bool) and v[k] >= 0
+                                for k in ("users", "train")):
+                raise PayloadError(f"hosted client {c}: expected a client id >= 0 with counts 'users' and 'train'")
+        n_items = info.get("n-items")
+        if not isinstance(n_items, int) or isinstance(n_items, bool) or n_items <= 0:
+            raise PayloadError(f"n-items: expected a positive integer, got {n_items!r}")
+        stats = json.loads(info["data-stats"]) if "data-stats" in info else {}
+        if not isinstance(stats, dict):
+            raise PayloadError("data-stats: expected a JSON object")
+        return cls(hosted, n_items, bool(info.get("edge", False)), bool(info.get("auto", False)), stats,
+                   str(info.get("key", ""))[:200])

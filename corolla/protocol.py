@@ -66,14 +66,16 @@ def unpack(arrays: dict[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
     out: dict[int, dict[str, np.ndarray]] = {}
     for g, d in groups.items():
         cids = d.pop("cids", None)
-        if cids is None or cids.ndim != 1:
-            raise PayloadError(f"packed record: group {g!r} has no client ids")
+        if cids is None or not isinstance(cids, np.ndarray) or cids.ndim != 1 or cids.dtype.kind not in "iu":
+            raise PayloadError(f"packed record: group {g!r} has no integer client ids")
         for k, v in d.items():
-            if v.ndim < 1 or len(v) != len(cids):
-                raise PayloadError(f"packed record: '{g}/{k}' holds {len(v) if v.ndim else 0} arrays for "
-                                   f"{len(cids)} clients")
+            if not isinstance(v, np.ndarray) or v.ndim < 1 or len(v) != len(cids):
+                raise PayloadError(f"packed record: '{g}/{k}' holds {len(v) if getattr(v, 'ndim', 0) else 0} "
+                                   f"arrays for {len(cids)} clients")
         for j, c in enumerate(cids.tolist()):
-            out[int(c)] = {k: v[j] for k, v in d.items()}
+            if int(c) in out:
+                raise PayloadError(f"packed record: client {int(c)} appears twice")
+            out[int(c)] = {k: v[j] for k, v in d.items()}   # views: nothing is copied
     return out
 
 
@@ -83,8 +85,49 @@ def dumps_per_client(values: dict[int, Any]) -> str:
                       default=lambda o: o.item() if isinstance(o, np.generic) else str(o))
 
 
-def loads_per_client(text: str | None) -> dict[int, Any]:
-    return {int(c): v for c, v in json.loads(text).items()} if text else {}
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise PayloadError(f"JSON: key {k!r} appears twice")
+        out[k] = v
+    return out
+
+
+def loads_per_client(text: str | None, value: type | None = None) -> dict[int, Any]:
+    """The ``{cid: value}`` of :func:`dumps_per_client`; raises :class:`PayloadError` unless
+    ``text`` is a JSON object whose keys are client ids (decimal integers), each once, and whose
+    values are of type ``value`` (when given)."""
+    if not text:
+        return {}
+    if not isinstance(text, str):
+        raise PayloadError(f"per-client JSON: expected a string, got {type(text).__name__}")
+    try:
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as e:
+        raise PayloadError(f"per-client JSON: not JSON ({e.msg} at char {e.pos})") from None
+    if not isinstance(obj, dict):
+        raise PayloadError(f"per-client JSON: expected an object, got {type(obj).__name__}")
+    out: dict[int, Any] = {}
+    for c, v in obj.items():
+        if not c.lstrip("-").isdigit() or not c.isascii():
+            raise PayloadError(f"per-client JSON: key {c[:40]!r} is not a client id")
+        if value is not None and not isinstance(v, value):
+            raise PayloadError(f"per-client JSON: client {c}: expected {value.__name__}, got {type(v).__name__}")
+        out[int(c)] = v
+    return out
+
+
+def nonfinite_metric(metrics: dict[str, Any]) -> str | None:
+    """The name of the first metric that is not a finite number, a string, a bool, None, or a
+    list of those (None: all are)."""
+    for k, v in metrics.items():
+        for x in (v if isinstance(v, list) else [v]):
+            if isinstance(x, bool) or x is None or isinstance(x, str):
+                continue
+            if not isinstance(x, (int, float)) or not np.isfinite(x):
+                return k
+    return None
 
 
 @functools.lru_cache(maxsize=256)

@@ -21,7 +21,24 @@ def to_records(flat: dict[str, dict[str, Any]]) -> RecordDict:
     return rd
 
 
-def from_records(rd: RecordDict) -> dict[str, dict[str, Any]]:
+class TooLarge(ValueError):
+    """A message whose arrays exceed the bound its receiver expects."""
+
+
+def check_size(rd: RecordDict, max_bytes: int | None) -> None:
+    """Raise :class:`TooLarge` when the arrays of ``rd`` hold more than ``max_bytes`` serialised
+    bytes: counted from the bytes Flower already holds, before any array is decoded, so that a
+    hostile reply costs no allocation beyond what arrived."""
+    if max_bytes is None:
+        return
+    n = record_bytes(rd)
+    if n > max_bytes:
+        raise TooLarge(f"reply carries {n} bytes of arrays, at most {max_bytes} expected")
+
+
+def from_records(rd: RecordDict, max_bytes: int | None = None) -> dict[str, dict[str, Any]]:
+    """The flat message of ``rd`` (:class:`TooLarge` above ``max_bytes`` bytes of arrays)."""
+    check_size(rd, max_bytes)
     out: dict[str, dict[str, Any]] = {}
     for name, rec in rd.items():
         if isinstance(rec, ArrayRecord):

@@ -15,7 +15,8 @@ from typing import Any
 from flwr.app import RecordDict
 
 from client_app.app import handle
-from flower_io.records import from_records, to_records
+from flower_io.records import to_records
+from server_app.transport import decode
 
 
 class InProcessTransport:
@@ -30,11 +31,11 @@ class InProcessTransport:
     def node_ids(self) -> list[int]:
         return sorted(n for n in self.nodes if n not in self.dead)
 
-    def exchange(self, messages, message_type, timeout):
+    def exchange(self, messages, message_type, timeout, limits=None):
         dead = set(self.dead)  # decided when the messages are pushed
-        return self._replies(list(messages), message_type, dead)
+        return self._replies(list(messages), message_type, dead, limits)
 
-    def _replies(self, messages, message_type, dead):
+    def _replies(self, messages, message_type, dead, limits=None):
         for idx, (node, content) in enumerate(messages):
             if node in dead:
                 yield idx, "error: Node Unavailable"
@@ -46,7 +47,7 @@ class InProcessTransport:
                 continue
             if self.tamper is not None:
                 rep = self.tamper(node, message_type, rep)
-            yield idx, from_records(rep)
+            yield idx, decode(rep, limits[idx] if limits else None)
 
 
 def partitions(n: int, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -81,6 +81,47 @@ def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_known_args(argv)
 
 
+def key_fingerprint(private_key_path: str) -> str:
+    """``SHA256:...`` of the SuperNode's public key, as ``ssh-keygen -lf KEY.pub`` prints it."""
+    import base64
+    import hashlib
+    from pathlib import Path
+
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_ssh_private_key(Path(private_key_path).expanduser().read_bytes(), password=None)
+    blob = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).split()[1]
+    return "SHA256:" + base64.b64encode(hashlib.sha256(base64.b64decode(blob)).digest()).decode().rstrip("=")
+
+
+def with_key_in_node_config(rest: list[str]) -> list[str]:
+    """``rest`` with ``auth-key="SHA256:..."`` added to ``--node-config`` when the SuperNode
+    authenticates (``--auth-supernode-private-key``): the node reports it in its handshake and
+    the run records it with the node's assignment. An unreadable key is left to Flower's own
+    error."""
+    path = None
+    for i, a in enumerate(rest):
+        if a == "--auth-supernode-private-key" and i + 1 < len(rest):
+            path = rest[i + 1]
+        elif a.startswith("--auth-supernode-private-key="):
+            path = a.split("=", 1)[1]
+    if not path:
+        return rest
+    try:
+        entry = f'auth-key="{key_fingerprint(path)}"'
+    except (OSError, ValueError, TypeError, IndexError):
+        return rest
+    out = list(rest)
+    for i, a in enumerate(out):
+        if a == "--node-config" and i + 1 < len(out):
+            out[i + 1] = f"{out[i + 1]} {entry}".strip()
+            return out
+        if a.startswith("--node-config="):
+            out[i] = f"{a} {entry}"
+            return out
+    return [*out, "--node-config", entry]
+
+
 def install_waits(idle: float, reply: float) -> bool:
     """Put :class:`Waits` into Flower's SuperNode loop; False (and a warning) when this Flower is
     not the one whose waits were read, in which case nothing is changed."""
@@ -113,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         from launcher import warm
         warm.install()
     from flwr.supernode.cli import flower_supernode
-    sys.argv = ["flower-supernode", *rest]
+    sys.argv = ["flower-supernode", *with_key_in_node_config(rest)]
     flower_supernode()
     return 0
 

@@ -21,11 +21,23 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from corolla.messages import ClientOut, EvalPart, PhaseReply, PhaseRequest, RunInfo
-from corolla.protocol import PayloadError, payload_size, validate_payload
+from corolla.messages import PROTOCOL_VERSION, ClientOut, EvalPart, PhaseReply, PhaseRequest, RunInfo
+from corolla.protocol import PayloadError, nonfinite_metric, payload_size, validate_payload
 from server_app.roster import Roster
-from server_app.transport import TIMEOUT_PREFIX, Transport
+from server_app.transport import REJECTED_PREFIX, TIMEOUT_PREFIX, Transport
 from strategies.base import ClientResult, CorollaStrategy
+
+
+def versions() -> dict[str, str]:
+    """What a node must match (``corolla.messages.version_mismatch``)."""
+    from importlib.metadata import version
+
+    import corolla
+    return {"protocol": str(PROTOCOL_VERSION), "corolla": corolla.__version__, "flwr": version("flwr")}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def message_type(phase: str) -> str:
@@ -47,11 +59,13 @@ class PhaseStats:
     replies: int = 0
     compute_s: float = 0.0  # the largest per-node sum of the clients' own phase time
     excluded: list[dict[str, Any]] = field(default_factory=list)
+    state_lost: list[int] = field(default_factory=list)   # clients that trained from an older state
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
                 "wall_s": round(self.wall_s, 4), "compute_s": round(self.compute_s, 4),
-                "replies": self.replies, "excluded": self.excluded}
+                "replies": self.replies, "excluded": self.excluded,
+                **({"state_lost": self.state_lost} if self.state_lost else {})}
 
 
 @dataclass
@@ -88,11 +102,13 @@ class Exchanger:
         self.strategy, self.roster, self.transport, self.run, self.cfg = strategy, roster, transport, run, cfg
         self.restore_round = 0        # a node that joins drops client state newer than this round
         self.reply_evals: dict[int, ClientResult] = {}   # this round's metrics sent with training
+        self.trained: dict[int, int] = {}   # client -> the last round its ``train`` result was accepted
 
     # ------------------------------------------------------------------ requests
     def handshake_request(self) -> dict:
         """The handshake message: the only one that carries the run config."""
-        return PhaseRequest("handshake", 0, [], self.run, restore_round=self.restore_round, cfg=self.cfg).encode()
+        return PhaseRequest("handshake", 0, [], self.run, restore_round=self.restore_round, cfg=self.cfg,
+                            versions=versions()).encode()
 
     def handshake(self, node_ids: list[int]) -> None:
         self.roster.handshake(self.transport, node_ids, self.handshake_request, self.cfg["phase-timeout"])
@@ -130,30 +146,61 @@ class Exchanger:
         return out, sum(r.bytes_down() for _, r in out)
 
     # ------------------------------------------------------------------ replies
-    def _client_result(self, phase: str, c: int, reply_part: tuple[dict[int, ClientOut], dict[int, str]],
+    def expected_bytes(self, phase: str, req: PhaseRequest) -> int | None:
+        """The most array bytes a valid reply to ``req`` can carry (None: no bound): every array
+        the strategy expects from its clients (optional ones included), their ``.npy`` headers
+        and the packing's id arrays. Evaluation and top-K replies carry no arrays."""
+        if phase == "handshake":
+            return None
+        n = 0
+        if phase not in ("evaluate", "topk"):
+            for c in req.clients:
+                n += sum(int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize + 256
+                         for spec in self.strategy.expected_payload(phase, c).values())
+        return n + 512 * (len(req.clients) + 8)
+
+    def _bound_num_examples(self) -> float:
+        """An upper bound on a client's ``num-examples``: every training interaction of the run,
+        with negatives (×1000); a larger count is not a count."""
+        total = sum(int(v.get("train", 0)) for v in self.roster.clients.values()) or \
+            sum(int(v.get("train", 0)) for v in self.roster.client_info.values())
+        return float(1000 * total) if total else float(2 ** 53)
+
+    def _exclude(self, stats: PhaseStats, node: int, c: int, reason: str) -> None:
+        stats.excluded.append({"client": c, "node": node, "reason": reason})
+
+    def _client_result(self, phase: str, node: int, c: int,
+                       reply_part: tuple[dict[int, ClientOut], dict[int, str]],
                        stats: PhaseStats) -> ClientResult | None:
         """The validated result of logical client ``c`` (None: excluded, the reason in ``stats``)."""
         results, errors = reply_part
         if c in errors:
             err = str(errors[c])
             log(WARNING, "logical client %s raised in phase %s; excluded:\n%s", c, phase, err)
-            stats.excluded.append({"client": c, "reason": err.strip().splitlines()[-1][:300]})
+            self._exclude(stats, node, c, (err.strip().splitlines() or ["(no message)"])[-1][:300])
             return None
         if c not in results:
-            stats.excluded.append({"client": c, "reason": "no reply record"})
+            self._exclude(stats, node, c, "no reply record")
             return None
         payload = results[c].payload
         stats.bytes_up += payload_size(payload)
         mets = dict(results[c].metrics)
         try:
+            bad = nonfinite_metric(mets)
+            if bad is not None:
+                raise PayloadError(f"metric {bad[:60]!r}: expected finite numbers")
             if phase not in ("evaluate", "topk"):
                 validate_payload(payload, self.strategy.expected_payload(phase, c))
+                if phase in self.strategy.counted_phases and "num-examples" not in mets:
+                    raise PayloadError(f"num-examples: missing (phase {phase} weights by it)")
                 n = mets.get("num-examples", 0)
-                if not (isinstance(n, (int, float)) and math.isfinite(n) and n >= 0):
-                    raise PayloadError(f"num-examples: expected a finite number >= 0, got {n!r}")
+                if isinstance(n, bool) or not (isinstance(n, (int, float)) and math.isfinite(n)
+                                               and 0 <= n <= self._bound_num_examples()):
+                    raise PayloadError(f"num-examples: expected a count between 0 and the run's training "
+                                       f"interactions, got {n!r}")
         except PayloadError as e:
-            log(WARNING, "logical client %s: invalid payload in phase %s (%s); excluded", c, phase, e)
-            stats.excluded.append({"client": c, "reason": f"invalid payload: {e}"})
+            log(WARNING, "logical client %s (node %s): invalid payload in phase %s (%s); excluded", c, node, phase, e)
+            self._exclude(stats, node, c, f"invalid payload: {e}")
             return None
         return ClientResult(payload, mets)
 
@@ -169,7 +216,12 @@ class Exchanger:
             ecids = req.evaluation.clients if req.evaluation is not None else []
             if isinstance(rep, str):
                 gone = sorted(set(cids) | set(ecids))
-                if rep.startswith(TIMEOUT_PREFIX):
+                if rep.startswith(REJECTED_PREFIX):
+                    # too large to decode: this phase loses the node's clients; the node is flagged
+                    log(WARNING, "node %s: %s in phase %s; its logical clients %s are excluded from this "
+                        "phase", node, rep, phase, gone)
+                    self.roster.flag(node, rep)
+                elif rep.startswith(TIMEOUT_PREFIX):
                     # slow or gone: this phase loses its contribution; it is asked again next round
                     # unless the SuperLink has dropped it from the node list by then
                     log(WARNING, "node %s: %s in phase %s; its logical clients %s are excluded from "
@@ -178,34 +230,57 @@ class Exchanger:
                     log(WARNING, "node %s failed in phase %s (%s); its logical clients %s are excluded "
                         "from this run", node, phase, rep.splitlines()[0] if rep else rep, gone)
                     self.roster.dead_nodes.add(node)
-                stats.excluded += [{"client": c, "reason": f"node failed: {rep[:200]}"} for c in gone]
+                for c in gone:
+                    self._exclude(stats, node, c, f"node failed: {rep[:200]}" if not rep.startswith(REJECTED_PREFIX)
+                                  else rep[:200])
                 continue
             stats.replies += 1
             try:
                 reply = PhaseReply.decode(rep, evaluation=bool(ecids))
-            except (PayloadError, ValueError, KeyError) as e:
+            except Exception as e:  # noqa: BLE001 - whatever a node sends, the run goes on
+                why = f"{type(e).__name__}: {e}" if not isinstance(e, PayloadError) else str(e)
                 log(WARNING, "node %s: malformed reply in phase %s (%s); its logical clients %s are excluded",
-                    node, phase, e, sorted(set(cids) | set(ecids)))
-                stats.excluded += [{"client": c, "reason": f"malformed reply: {e}"} for c in sorted(set(cids) | set(ecids))]
+                    node, phase, why[:300], sorted(set(cids) | set(ecids)))
+                for c in sorted(set(cids) | set(ecids)):
+                    self._exclude(stats, node, c, f"malformed reply: {why[:300]}")
+                self.roster.flag(node, f"malformed reply in phase {phase}")
                 continue
-            node_compute = sum(float(r.metrics.get("compute-s", 0.0))
-                               for part in (reply.eval_results, reply.results) for r in part.values())
+            stranger = sorted(reply.clients() - set(cids) - set(ecids))
+            if stranger:   # ids the node was not asked for in this message: never used, the node flagged
+                owners = {c: self.roster.clients.get(c, {}).get("node") for c in stranger}
+                for c in stranger:
+                    why = ("hosted by another node" if owners[c] not in (None, node) else
+                           "not asked of this node in this phase")
+                    self._exclude(stats, node, c, f"reply for a client {why}; ignored")
+                log(WARNING, "node %s replied for logical clients %s it was not asked for in phase %s; ignored "
+                    "and the node flagged", node, stranger[:20], phase)
+                self.roster.flag(node, f"replied for clients it was not asked for ({len(stranger)}) in phase {phase}")
+            node_compute = sum(float(r.metrics.get("compute-s", 0.0)) if _finite(r.metrics.get("compute-s", 0.0))
+                               else 0.0 for part in (reply.eval_results, reply.results) for r in part.values())
             for c in ecids:
-                res = self._client_result("evaluate", c, (reply.eval_results, reply.eval_errors), stats)
+                res = self._client_result("evaluate", node, c, (reply.eval_results, reply.eval_errors), stats)
                 if res is not None:
                     evals[c] = res
             for c in cids:
-                res = self._client_result(phase, c, (reply.results, reply.errors), stats)
+                res = self._client_result(phase, node, c, (reply.results, reply.errors), stats)
                 if res is not None:
                     if phase not in ("evaluate", "topk"):
                         mets = {k: v for k, v in res.metrics.items() if k.startswith(("valid/", "test/"))}
                         if mets:   # a client that evaluates its post-training model in its reply
                             self.reply_evals[c] = ClientResult({}, mets)
+                    if phase == "train":   # did the client start from the state of its last round?
+                        start = res.metrics.get("state-round")
+                        if _finite(start) and start < self.trained.get(c, 0):
+                            log(WARNING, "logical client %s (node %s) trained round %s from its state of round "
+                                "%s, not %s: its state was lost (its node does not share the state-dir of the "
+                                "node it came from)", c, node, rnd, start, self.trained[c])
+                            stats.state_lost.append(c)
+                        self.trained[c] = rnd
                     try:   # the strategy's own checks of what it folds in (PayloadError: excluded)
                         out[c] = self.strategy.accept(phase, rnd, c, res)
                     except PayloadError as e:
-                        log(WARNING, "logical client %s: %s in phase %s; excluded", c, e, phase)
-                        stats.excluded.append({"client": c, "reason": f"invalid payload: {e}"})
+                        log(WARNING, "logical client %s (node %s): %s in phase %s; excluded", c, node, e, phase)
+                        self._exclude(stats, node, c, f"invalid payload: {e}")
             stats.compute_s = max(stats.compute_s, node_compute)
         return out, evals
 
@@ -217,7 +292,8 @@ class Exchanger:
         stats = PhaseStats(phase if ev is None else f"{phase}+evaluate")
         sent, stats.bytes_down = self.build(phase, rnd, targets, shared, personal, ev)
         replies = self.transport.exchange([(n, r.encode()) for n, r in sent], message_type(phase),
-                                          self.cfg["phase-timeout"]) if sent else []
+                                          self.cfg["phase-timeout"],
+                                          [self.expected_bytes(phase, r) for _, r in sent]) if sent else []
         results, evals = self.parse(phase, sent, replies, stats, rnd)
         stats.wall_s = time.perf_counter() - t0
         return results, stats, evals

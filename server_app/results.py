@@ -51,6 +51,7 @@ class RunRecorder:
         self.provenance: dict[str, Any] = {}        # code, versions, machine, command, mode, nodes
         self.rounds_before = 0                      # rounds of earlier (resumed-from) sessions
         self.sink = None                            # an experiment-tracking sink (corolla.tracking)
+        self.nodes_info = None                      # () -> each node's clients, key, flags, failure
 
     # ---------------------------------------------------------------- per phase / round
     def progress(self, rnd: int, phase: str, stats, ok: int, targets: int) -> None:
@@ -173,7 +174,9 @@ class RunRecorder:
         atomic_write_text(self.out / "rounds.jsonl", "".join(line + "\n" for line in lines))
 
     # ---------------------------------------------------------------- summary
-    def summary(self, status: str) -> dict[str, Any]:
+    def summary(self, status: str, error: str | None = None, input_error: bool = False) -> dict[str, Any]:
+        """Write ``summary.json``; a failed run's ``error`` is its one-line reason
+        (``input_error``: caused by the run's input, e.g. data no node could load)."""
         sel = self.select()
         phases = [p for h in self.history for p in h["phases"]] + self.discarded
         phases_up = sum(p["bytes_up"] for p in phases)
@@ -201,11 +204,16 @@ class RunRecorder:
             "config": self.cfg,
             "provenance": self.provenance,
         }
+        if error is not None:
+            out["error"] = error
+            out["input_error"] = input_error
         if sel and "per_client" in sel:   # the selected round, each client and their plain mean
             out["per_client_metrics"] = sel["per_client"]
             out["metrics_unweighted_mean"] = sel["unweighted_mean"]
         if self.data_stats:
             out["data"] = self.data_stats
+        if self.nodes_info is not None:
+            out["nodes"] = self.nodes_info()
         last = self._evaluated()[-1] if self._evaluated() else None
         out["last_round_metrics"] = last["metrics"] if last else {}
         uses_compat = any(self.cfg[k] for k in ("compat-fedcia-metrics", "compat-ties-against-positive",

@@ -20,6 +20,17 @@ from corolla.messages import NodeInfo
 from server_app.transport import Transport
 
 
+def id_ranges(ids: list[int]) -> str:
+    """``"0-9,12,20-21"`` for the sorted ``ids``."""
+    ids = sorted(ids)
+    parts, a = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] != ids[i - 1] + 1:
+            parts.append(str(ids[a]) if a == i - 1 else f"{ids[a]}-{ids[i - 1]}")
+            a = i
+    return ",".join(parts)
+
+
 class Roster:
     def __init__(self) -> None:
         self.n_items = 0
@@ -30,7 +41,32 @@ class Roster:
         self.client_info: dict[int, dict[str, int]] = {}  # every logical client an auto node can host
         self.data_stats: dict[str, Any] = {}           # the nodes' description of the data (partition)
         self.failures: dict[int, str] = {}             # node -> why its handshake failed
+        self.flags: dict[int, list[str]] = {}          # node -> what it sent that it should not have
+        self.keys: dict[int, str] = {}                 # node -> the SuperNode key it reports (auth on)
         self._auto_assigned: tuple[int, ...] = ()
+
+    def flag(self, node: int, reason: str) -> None:
+        """Record that ``node`` sent something a well-behaved node does not (kept: its first 20)."""
+        seen = self.flags.setdefault(int(node), [])
+        if len(seen) < 20 and reason not in seen:
+            seen.append(reason)
+
+    def record(self) -> dict[str, dict[str, Any]]:
+        """Each node the run has seen: the logical clients assigned to it (id ranges), the key it
+        reported (SuperNode authentication on), whether it left or failed, and its flags."""
+        out: dict[str, dict[str, Any]] = {}
+        for node in sorted(set(self.nodes) | set(self.failures) | set(self.flags)):
+            rec: dict[str, Any] = {"clients": id_ranges(self.nodes.get(node, []))}
+            if node in self.keys:
+                rec["key"] = self.keys[node]
+            if node in self.dead_nodes:
+                rec["left-or-failed"] = True
+            if node in self.failures:
+                rec["failure"] = self.failures[node]
+            if node in self.flags:
+                rec["flags"] = list(self.flags[node])
+            out[str(node)] = rec
+        return out
 
     def available(self) -> list[int]:
         return sorted(c for c, v in self.clients.items() if v["node"] not in self.dead_nodes)
@@ -51,7 +87,17 @@ class Roster:
                 self.failures[node] = why
                 self.dead_nodes.add(node)
                 continue
-            info = NodeInfo.decode(rep)
+            try:
+                info = NodeInfo.decode(rep)
+            except Exception as e:  # noqa: BLE001 - a malformed handshake costs that node only
+                why = f"malformed handshake reply ({type(e).__name__}: {str(e)[:200]})"
+                log(WARNING, "node %s: %s; ignored", node, why)
+                self.failures[node] = why
+                self.flag(node, why)
+                self.dead_nodes.add(node)
+                continue
+            if info.key:
+                self.keys[node] = info.key
             if self.n_items and info.n_items != self.n_items:
                 log(WARNING, "node %s reports %d items, the run has %d; ignored", node, info.n_items, self.n_items)
                 self.dead_nodes.add(node)

@@ -6,9 +6,14 @@ messages and polls for replies every ``poll_s`` seconds until all replied or ``t
 
 ``exchange`` takes flat messages ``(node, content)`` (``corolla.messages``; a node may get several)
 and yields ``(message index, flat reply)`` as replies arrive (a failed message yields an error
-string), so
-that a strategy can fold each reply into a running aggregate and drop it: server memory then does
+string), so that a strategy can fold each reply into a running aggregate and drop it: server memory then does
 not grow with the number of nodes or logical clients.
+
+``limits`` (one per message, None: no bound) bound the bytes of arrays a reply may carry: a larger
+reply is not decoded and yields ``"rejected: ..."`` (``REJECTED_PREFIX``) instead, so that a node
+cannot make the server allocate more than a bounded multiple of what it expects. The bytes
+themselves have then already been received by Flower, whose SuperLink moves a message's arrays
+one object at a time and whose gRPC channels cap a single message.
 """
 
 from __future__ import annotations
@@ -20,17 +25,26 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from corolla.messages import Flat
-from flower_io.records import from_records, to_records
+from flower_io.records import TooLarge, from_records, to_records
 
 
 TIMEOUT_PREFIX = "no reply within"
+REJECTED_PREFIX = "rejected:"
+
+
+def decode(rd, max_bytes: int | None) -> Flat | str:
+    """A reply's flat form, or ``"rejected: ..."`` when its arrays exceed ``max_bytes``."""
+    try:
+        return from_records(rd, max_bytes)
+    except TooLarge as e:
+        return f"{REJECTED_PREFIX} {e}"
 
 
 class Transport(Protocol):
     def node_ids(self) -> list[int]: ...
 
-    def exchange(self, messages: list[tuple[int, Flat]], message_type: str,
-                 timeout: float) -> Iterator[tuple[int, Flat | str]]: ...
+    def exchange(self, messages: list[tuple[int, Flat]], message_type: str, timeout: float,
+                 limits: list[int | None] | None = None) -> Iterator[tuple[int, Flat | str]]: ...
 
 
 class GridTransport:
@@ -42,8 +56,8 @@ class GridTransport:
     def node_ids(self) -> list[int]:
         return sorted(int(n) for n in self.grid.get_node_ids())
 
-    def exchange(self, messages: list[tuple[int, Flat]], message_type: str,
-                 timeout: float) -> Iterator[tuple[int, Flat | str]]:
+    def exchange(self, messages: list[tuple[int, Flat]], message_type: str, timeout: float,
+                 limits: list[int | None] | None = None) -> Iterator[tuple[int, Flat | str]]:
         msgs = [Message(content=to_records(c), dst_node_id=n, message_type=message_type) for n, c in messages]
         ids = list(self.grid.push_messages(msgs))
         node_of = {mid: i for i, mid in enumerate(ids)}  # message id -> index in ``messages``
@@ -60,7 +74,8 @@ class GridTransport:
                     pending.discard(mid)
                     got = True
                     n = node_of[mid]
-                    yield n, (f"error {rep.error.code}: {rep.error.reason}" if rep.has_error() else from_records(rep.content))
+                    yield n, (f"error {rep.error.code}: {rep.error.reason}" if rep.has_error()
+                              else decode(rep.content, limits[n] if limits else None))
             if pending and not got:
                 time.sleep(self.poll_s)
         for mid in sorted(pending):

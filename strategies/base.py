@@ -49,6 +49,7 @@ class CorollaStrategy:
     server app before :meth:`setup`."""
 
     hold_uploads = False   # keep every ``train`` upload until :meth:`take_uploads` (aggregate in client order)
+    counted_phases: tuple[str, ...] = ()   # phases whose aggregate weights by ``num-examples`` (must be sent)
 
     def __init__(self, cfg: dict[str, Any]):
         self.cfg = cfg

@@ -77,6 +77,8 @@ class RowAggregation(CorollaStrategy):
     ``fedmedian``, ``fedatt``) with ``harness = expanded``: their declarations
     (``corolla/methods/``) set :attr:`rule`."""
 
+    counted_phases = ("train",)
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.users: np.ndarray | None = None          # global user table (rows = logical clients)

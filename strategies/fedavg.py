@@ -30,6 +30,7 @@ from strategies.base import ClientResult, CorollaStrategy
 
 class FedAvg(CorollaStrategy):
     weighted = True
+    counted_phases = ("train",)
 
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)

@@ -41,6 +41,7 @@ from strategies.base import CorollaStrategy
 
 class FedCA(CorollaStrategy):
     hold_uploads = True
+    counted_phases = ("train",)
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
         self.shapes: dict[str, tuple[int, ...]] = {}

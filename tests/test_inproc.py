@@ -69,10 +69,10 @@ def test_dead_node_costs_only_its_contribution(tmp_path, data_dir):
     t = InProcessTransport(partitions(2, {"data-dir": data_dir}))
     orig = t.exchange
 
-    def exchange(contents, mtype, timeout):
+    def exchange(contents, mtype, timeout, *rest):
         if mtype == "train" and contents[0][1]["config"]["round"] == 2:  # round 2: the second node dies
             t.dead.add(sorted(t.nodes)[1])
-        return orig(contents, mtype, timeout)
+        return orig(contents, mtype, timeout, *rest)
 
     t.exchange = exchange
     s = run_federation(t, {"preset": "fedavg-mf-ml100k", "set": SMALL, "out-dir": str(tmp_path / "dead"),
@@ -99,9 +99,9 @@ def test_resume_equals_uninterrupted(tmp_path, data_dir, fused):
     # (a SuperLink restart): the clients must still hold the state of the checkpointed round.
     dies = 5 if fused else 7
 
-    def exchange(contents, mtype, timeout):
+    def exchange(contents, mtype, timeout, *rest):
         n["calls"] += 1
-        out = list(orig(contents, mtype, timeout))   # the nodes run the phase now
+        out = list(orig(contents, mtype, timeout, *rest))   # the nodes run the phase now
         if n["calls"] == dies:
             raise KeyboardInterrupt
         return out
@@ -168,11 +168,11 @@ def test_auto_nodes_are_reassigned_when_one_joins_or_leaves(tmp_path, data_dir):
     t = InProcessTransport([auto, auto])
     orig = t.exchange
 
-    def exchange(contents, mtype, timeout):
+    def exchange(contents, mtype, timeout, *rest):
         rnd = contents[0][1]["config"]["round"] if contents else 0
         if mtype == "train" and rnd == 2 and len(t.nodes) == 2:
             t.nodes[99_991] = dict(auto)   # a third node appears before round 2's message
-        return orig(contents, mtype, timeout)
+        return orig(contents, mtype, timeout, *rest)
 
     t.exchange = exchange
     s = run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=4",
@@ -184,10 +184,10 @@ def test_auto_nodes_are_reassigned_when_one_joins_or_leaves(tmp_path, data_dir):
     t = InProcessTransport([auto, auto, auto])
     orig2 = t.exchange
 
-    def leave(contents, mtype, timeout):
+    def leave(contents, mtype, timeout, *rest):
         if mtype == "train" and contents and contents[0][1]["config"]["round"] == 2:
             t.dead.add(sorted(t.nodes)[2])   # the third node dies as round 2 is sent
-        return orig2(contents, mtype, timeout)
+        return orig2(contents, mtype, timeout, *rest)
 
     t.exchange = leave
     s = run_federation(t, {"preset": "fedavg-mf-ml100k", "set": f"{SMALL} num-rounds=4",
@@ -196,3 +196,25 @@ def test_auto_nodes_are_reassigned_when_one_joins_or_leaves(tmp_path, data_dir):
     assert s["status"] == "completed"
     assert rounds[1]["phases"][0]["excluded"] and rounds[2]["clients"] == rounds[3]["clients"] == 20
     assert [r["phases"][0]["replies"] for r in rounds] == [3, 2, 2, 2]
+    assert not any(p.get("state_lost") for r in rounds for p in r["phases"])   # the shared state followed them
+
+
+def test_a_moved_client_without_its_state_is_detected(tmp_path, data_dir):
+    """Nodes that do not share a state directory: when a node leaves, its clients move to nodes
+    that lack their state; the server sees it in their replies (``state-round``) and records
+    ``state_lost`` for them in that round (the churn drill asserts there is none)."""
+    nodes = [{"clients": "auto", "data-dir": data_dir, "state-dir": str(tmp_path / f"own-{i}")} for i in range(3)]
+    t = InProcessTransport(nodes)
+    orig = t.exchange
+
+    def leave(contents, mtype, timeout, *rest):
+        if mtype == "train" and contents and contents[0][1]["config"]["round"] == 2:
+            t.dead.add(sorted(t.nodes)[2])
+        return orig(contents, mtype, timeout, *rest)
+
+    t.exchange = leave
+    run_federation(t, {"preset": "fedavg-mf-ml100k", "set": "num-rounds=3 fraction-train=1.0 local-epochs=1",
+                       "out-dir": str(tmp_path / "own"), "data-dir": data_dir})
+    rounds = [json.loads(x) for x in open(tmp_path / "own" / "rounds.jsonl")]
+    lost = [c for p in rounds[2]["phases"] for c in p.get("state_lost", [])]
+    assert lost and not any(p.get("state_lost") for r in rounds[:2] for p in r["phases"])
