@@ -27,12 +27,23 @@ _PAT = re.compile(r"^c(-?\d+)\.r(\d+)\.npz$")
 KEEP_BELOW = 2   # versions kept below the round being saved (see the module docstring)
 
 
+class StateDirError(OSError):
+    """The node's state directory cannot be written: one line naming it, the reason and the fix."""
+
+    def __init__(self, path: Path, what: str, err: OSError):
+        super().__init__(err.errno, f"node state directory {path}: {what} ({err.strerror or err}); free space "
+                         "there or give the node a writable one (node config 'state-dir')")
+
+
 class StateStore:
     def __init__(self, root: str | os.PathLike, run_key: str):
         if not run_key or "/" in run_key:
             raise ValueError(f"run-key: expected a non-empty name without '/', got {run_key!r}")
         self.dir = Path(root) / run_key
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StateDirError(self.dir, "cannot create it", e) from None
 
     def _versions(self, cid: int) -> list[int]:
         out = []
@@ -50,7 +61,13 @@ class StateStore:
         return vs[-1], load_npz(self.dir / f"c{cid}.r{vs[-1]}.npz")
 
     def save(self, cid: int, rnd: int, arrays: dict[str, np.ndarray]) -> None:
-        atomic_save_npz(self.dir / f"c{cid}.r{rnd}.npz", arrays)
+        """Write client ``cid``'s state after round ``rnd`` (atomic: a failed write leaves the
+        previous versions as they were); a full disk or an unwritable directory raises
+        :class:`StateDirError`, which fails this client's phase, not the node or the run."""
+        try:
+            atomic_save_npz(self.dir / f"c{cid}.r{rnd}.npz", arrays)
+        except OSError as e:
+            raise StateDirError(self.dir, f"cannot write logical client {cid}'s state of round {rnd}", e) from None
         vs = self._versions(cid)
         below = [v for v in vs if v < rnd]
         keep_from = below[-KEEP_BELOW:][0] if below else rnd

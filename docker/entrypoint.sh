@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Corolla image entry point: one image, several roles.
+# Corolla image entry point: one image, several roles. Started as root (the image's default), it
+# gives the writable volumes to a plain user (COROLLA_UID/COROLLA_GID, default 10001, or the owner
+# of a bind-mounted /runs), copies the TLS keys for that user, and runs the role as that user.
 #
 #   superlink   flower-superlink (Fleet API 9092, Control API 8000); with COROLLA_CERTS (ca.crt,
 #               server.pem, server.key, keys/*.pub): TLS and SuperNode authentication, and it
@@ -63,17 +65,59 @@ claim_key() {  # one node key per container, claimed atomically in the shared cl
   return 1
 }
 
+drop_root() {  # role args...: as root, prepare the volumes, then run this script again as a plain user
+  [ "$(id -u)" = 0 ] || return 0
+  local uid=${COROLLA_UID:-} gid=${COROLLA_GID:-}
+  if [ -z "$uid" ]; then
+    # the owner of a bind-mounted results folder when it is a host user (its files stay theirs),
+    # else the image's user
+    uid=10001 gid=10001
+    if [ -d /runs ] && [ "$(stat -c %u /runs)" != 0 ] && [ "$(stat -c %u /runs)" != 10001 ]; then
+      uid=$(stat -c %u /runs) gid=$(stat -c %g /runs)
+    fi
+  fi
+  gid=${gid:-$uid}
+  [ "$uid" != 0 ] || { echo "COROLLA_UID=0: Corolla's containers do not run as root" >&2; exit 2; }
+  for d in /runs /state /cache; do   # fresh volumes and root-made host folders become the user's
+    if [ -d "$d" ] && [ "$(stat -c %u "$d")" = 0 ] && touch "$d/.w" 2>/dev/null; then
+      rm -f "$d/.w"; chown -R "$uid:$gid" "$d"
+    fi
+  done
+  if [ -n "$certs" ]; then
+    mkdir -p "$claims"
+    if [ "$1" = superlink ]; then rm -rf "${claims:?}"/* "$claims/.registered"; fi   # a fresh key pool
+    chmod 1777 "$claims"   # the SuperLink's and the SuperNodes' users both write there
+    # the private keys are 0600 and owned by whoever made them: a copy this user alone can read
+    local copy=/tmp/corolla-certs
+    rm -rf "$copy" && cp -rL "$certs" "$copy" && chown -R "$uid:$gid" "$copy" && chmod -R go-rwx "$copy"
+    export COROLLA_CERTS=$copy
+  fi
+  export HOME=/tmp/corolla-home
+  mkdir -p "$HOME" && chown "$uid:$gid" "$HOME"
+  exec setpriv --reuid="$uid" --regid="$gid" --clear-groups "$0" "$@"
+}
+
 role=${1:-help}
+case "$role" in superlink|supernode|register|submit) drop_root "$@" ;; esac
+certs=${COROLLA_CERTS:-}
 [ $# -gt 0 ] && shift
+for d in /runs /state /cache; do   # a folder the user cannot write is one line naming the fix
+  case "$role:$d" in superlink:/runs|submit:/runs|supernode:/state|supernode:/cache)
+    if [ -d "$d" ] && ! { touch "$d/.w" 2>/dev/null && rm -f "$d/.w"; }; then
+      echo "error: $d is not writable by uid $(id -u) (its owner is uid $(stat -c %u "$d")): make it writable" \
+           "(chmod a+w on the host folder) or run the containers as its owner (COROLLA_UID=$(stat -c %u "$d"))" >&2
+      exit 2
+    fi ;;
+  esac
+done
 case "$role" in
   superlink)
+    [ -z "$certs" ] || rm -rf "${claims:?}"/* "$claims/.registered" 2>/dev/null || true
     link_args=(--disable-runtime-dependency-installation --fleet-api-address 0.0.0.0:9092 --host 0.0.0.0 --port 8000)
     if [ -z "$certs" ]; then
       exec flower-superlink --insecure "${link_args[@]}" "$@"
     fi
     # TLS: the SuperLink keeps registered keys in memory, so it registers the pool at every start
-    mkdir -p "$claims"
-    rm -rf "${claims:?}"/* "$claims/.registered"
     flower-superlink --ssl-ca-certfile "$certs/ca.crt" --ssl-certfile "$certs/server.pem" \
       --ssl-keyfile "$certs/server.key" --enable-supernode-auth "${link_args[@]}" "$@" &
     link_pid=$!
@@ -127,7 +171,7 @@ case "$role" in
     exec corolla run "${args[@]}" "$@"
     ;;
   help|--help|-h)
-    sed -n '2,13p' "$0"
+    sed -n '2,17p' "$0"
     ;;
   *)
     exec "$role" "$@"

@@ -92,6 +92,8 @@ class Cluster:
         self.idle_poll, self.reply_poll, self.clientapp_start = idle_poll, reply_poll, clientapp_start
         self.node_configs = node_configs
         self.procs: list[subprocess.Popen] = []
+        self.node_procs: dict[int, subprocess.Popen] = {}
+        self.fleet = 0
         self.logs = out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         # Flower's config lives in the run folder, where `flwr ls/log/stop` find it (printed at start)
@@ -113,6 +115,32 @@ class Cluster:
         self.procs.append(p)
         return p
 
+    def start_node(self, i: int) -> subprocess.Popen:
+        """Start SuperNode ``i`` (again, after :meth:`kill_node`: the churn drill)."""
+        nc = self.node_configs[i] if self.node_configs else {"partition-id": i, "num-partitions": self.nodes}
+        nc = dict(nc)
+        if self.data_dir and "data-dir" not in nc:
+            nc["data-dir"] = self.data_dir
+        nc.setdefault("state-dir", str(self.out / "node-state" / f"node{i}"))
+        ncs = " ".join(f"{k}={_toml_str(v) if isinstance(v, str) else v}" for k, v in nc.items())
+        p = self._spawn(f"supernode{i}", [sys.executable, "-m", "launcher.supernode",
+                                          "--idle-poll", str(self.idle_poll), "--reply-poll", str(self.reply_poll),
+                                          "--clientapp-start", self.clientapp_start,
+                                          "--insecure", "--superlink", f"127.0.0.1:{self.fleet}",
+                                          "--host", "127.0.0.1", "--port", str(free_port()),
+                                          "--node-config", ncs])
+        self.node_procs[i] = p
+        return p
+
+    def kill_node(self, i: int) -> None:
+        """SIGKILL SuperNode ``i`` and the ClientApps it started (its process group)."""
+        p = self.node_procs.pop(i)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
     def start(self) -> str:
         port = free_port()
         cmd = [flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
@@ -126,19 +154,9 @@ class Cluster:
         wait_port(port, link)
         if self.mode == "local":
             wait_port(fleet, link)
+            self.fleet = fleet
             for i in range(self.nodes):
-                nc = self.node_configs[i] if self.node_configs else {"partition-id": i, "num-partitions": self.nodes}
-                nc = dict(nc)
-                if self.data_dir and "data-dir" not in nc:
-                    nc["data-dir"] = self.data_dir
-                nc.setdefault("state-dir", str(self.out / "node-state" / f"node{i}"))
-                ncs = " ".join(f"{k}={_toml_str(v) if isinstance(v, str) else v}" for k, v in nc.items())
-                self._spawn(f"supernode{i}", [sys.executable, "-m", "launcher.supernode",
-                                              "--idle-poll", str(self.idle_poll), "--reply-poll", str(self.reply_poll),
-                                              "--clientapp-start", self.clientapp_start,
-                                              "--insecure", "--superlink", f"127.0.0.1:{fleet}",
-                                              "--host", "127.0.0.1", "--port", str(free_port()),
-                                              "--node-config", ncs])
+                self.start_node(i)
         (self.logs / "pids.json").write_text(json.dumps(
             {"superlink": link.pid, "supernodes": [p.pid for p in self.procs[1:]]}))
         (self.flwr_home / "config.toml").write_text(
@@ -250,6 +268,10 @@ def run_command(args: argparse.Namespace) -> int:
         return _run_remote(args, overrides, nodes)
     if args.resume:
         out = Path(args.resume).expanduser().resolve()
+        if not out.is_dir():
+            print(f"error: --resume {out}: no such directory (expected the --out folder of an earlier run)",
+                  file=sys.stderr)
+            return 2
         if not (out / "checkpoint.npz").is_file():
             print(f"error: --resume {out}: no checkpoint.npz (no completed round to resume from)", file=sys.stderr)
             return 2
@@ -340,18 +362,22 @@ def run_command(args: argparse.Namespace) -> int:
         return 1
     finally:
         cluster.stop()
-    if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
-        if summary.get("status") == "completed":
-            print(_summary_line(summary, out))
-            _print_run_page(out)
-            return 0
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    if summary.get("status") == "completed":
+        print(_summary_line(summary, out))
+        _print_run_page(out)
+        return 0
+    if summary.get("input_error"):   # the reason is the input (e.g. data no node could load): one line
+        print(f"error: {summary['error']} (logs in {cluster.logs})", file=sys.stderr)
+        return 2
     print(f"corolla: the run failed (flwr run exit code {rc_flwr}); logs in {cluster.logs}", file=sys.stderr)
     for name in ("flwr-run.log", "superlink.log"):
         p = cluster.logs / name
         if p.exists():
             tail = p.read_text(errors="replace").splitlines()[-25:]
             print(f"--- {p} (last lines)\n" + "\n".join(tail), file=sys.stderr)
+    if summary.get("error"):
+        print(f"error: the run failed: {summary['error']}", file=sys.stderr)
     return 1
 
 
@@ -461,8 +487,9 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
 
 
 def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: str, quiet: bool = False) -> int:
-    from server_app.app import run_federation
     from launcher.inproc import InProcessTransport
+    from server_app.app import run_federation
+    from server_app.loop import NoClients
 
     for nc in node_configs:
         nc.setdefault("state-dir", str(out / "node-state"))
@@ -479,6 +506,9 @@ def _run_inproc(out: Path, run_cfg: dict, node_configs: list[dict], data_dir: st
     except KeyboardInterrupt:
         print(f"\ncorolla: interrupted (resume with: corolla run --resume {out} --mode inproc)", file=sys.stderr)
         return 130
+    except NoClients as e:   # the input's fault (e.g. the data no node could load): one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001  (the traceback is in the log and summary.json)
         print(f"corolla: the run failed: {e}", file=sys.stderr)
         return 1

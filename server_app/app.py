@@ -37,6 +37,7 @@ from corolla.util import atomic_write_json, dumps
 from server_app.exchange import Exchanger
 from server_app.flower_strategy import FlowerStrategy
 from server_app.results import RunRecorder
+from server_app.loop import NoClients
 from server_app.roster import Roster
 from server_app.transport import GridTransport, Transport
 from strategies.registry import strategy_class
@@ -79,6 +80,7 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
     ex = Exchanger(strategy, roster, transport, run, cfg)
     recorder = RunRecorder(out, cfg, preset, paper)
     recorder.run_info = run.encode()
+    recorder.nodes_info = roster.record
     recorder.sink = tracking.open_sink(str(rc.get("track") or ""), out)
     if recorder.sink is not None:
         recorder.sink.config(cfg)
@@ -97,7 +99,6 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
             start_round = cfg["num-rounds"] + 1
     log(INFO, "Corolla run: preset=%s method=%s out=%s", preset, cfg["method"], out)
     wait_for_nodes(transport, int(rc.get("min-nodes") or 0))
-    status = "completed"
     try:
         if start_round <= cfg["num-rounds"]:
             FlowerStrategy(strategy, ex, recorder).start(start_round=start_round)
@@ -109,12 +110,15 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
                                if cfg.get("report-per-client") else {}}
         if cfg["export-topk"] > 0:
             export_topk(strategy, ex, out, recorder.history[-1]["round"] if recorder.history else 0)
-    except BaseException:
-        status = "failed"
-        log(ERROR, "run failed:\n%s", traceback.format_exc())
-        recorder.summary(status)
+    except NoClients as e:   # bad input (the data, the nodes): one line, no traceback
+        log(ERROR, "run failed: %s", e)
+        recorder.summary("failed", error=str(e), input_error=True)
         raise
-    summary = recorder.summary(status)
+    except BaseException as e:
+        log(ERROR, "run failed:\n%s", traceback.format_exc())
+        recorder.summary("failed", error=(f"{type(e).__name__}: {e}".splitlines() or [""])[0][:2000])
+        raise
+    summary = recorder.summary("completed")
     log(INFO, "summary: %s", dumps({k: summary[k] for k in ("rounds_completed", "metrics")}))
     return summary
 

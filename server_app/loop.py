@@ -15,6 +15,7 @@ evaluation is known, writes the checkpoint, and decides early stopping.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from logging import INFO
@@ -26,6 +27,21 @@ from corolla.config import int_list
 from server_app.evaluation import pool_metrics
 from server_app.exchange import EvalRequest, Exchanger, PhaseStats
 from strategies.base import ClientResult, CorollaStrategy
+
+
+class NoClients(RuntimeError):
+    """No node hosts a logical client: one line with each distinct reason and its nodes (the
+    same missing file on every node is said once)."""
+
+    def __init__(self, failures: dict[int, str]):
+        by_reason: dict[str, list[int]] = {}
+        for node, why in sorted(failures.items()):
+            why = re.sub(r"^error \d+: ", "", why.strip())
+            why = re.sub(r"^<class '[\w.]+'>:<'(.*)'>$", r"\1", why, flags=re.S)   # Flower's error text
+            by_reason.setdefault(why, []).append(node)
+        parts = [f"{why} (node{'s' if len(ns) > 1 else ''} {', '.join(map(str, ns))})" for why, ns in by_reason.items()]
+        super().__init__("no node could host a logical client: " + "; ".join(parts) if parts else
+                         "no node hosts any logical client (no node is connected)")
 
 
 @dataclass
@@ -81,9 +97,7 @@ class RoundLoop:
         if not ex.roster.nodes:
             ex.handshake(ex.transport.node_ids())
             if not ex.roster.clients:
-                why = "; ".join(f"node {n}: {r}" for n, r in sorted(ex.roster.failures.items()))
-                raise RuntimeError("no node hosts any logical client" + (f" (every handshake failed: {why})" if why
-                                                                         else " (no node is connected)"))
+                raise NoClients(ex.roster.failures)
             s.setup()
         s.summary()
         fuse = bool(self.cfg.get("fused-evaluation", True))

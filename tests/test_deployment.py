@@ -1,9 +1,9 @@
 """Deployment: the compose files, TLS with SuperNode authentication, machines apart (network
-namespaces running the exact commands of docs/deployment.md) and, where a Docker daemon is
-reachable, a compose run.
+namespaces running the exact commands of docs/deployment.md). The Docker drills are
+``tests/test_docker.py``.
 
 Each test that needs something this machine may lack (openssl and ssh-keygen, root for network
-namespaces, a Docker daemon and the image) is skipped with the reason printed.
+namespaces) is skipped with the reason printed.
 """
 
 import json
@@ -267,51 +267,10 @@ def test_across_network_namespaces(tmp_path, data_dir):
             subprocess.run(["ip", "netns", "del", n], capture_output=True)
 
 
-# --------------------------------------------------------------------------- Docker
-
-def _docker_reason(image: str) -> str:
-    if shutil.which("docker") is None:
-        return "no docker client"
-    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        return "no Docker daemon reachable"
-    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
-        return f"image {image} not built (docker/build-offline.sh)"
-    if shutil.which("docker-compose") is None and \
-            subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0:
-        return "neither docker compose nor docker-compose"
-    return ""
-
-
-def test_compose_run_completes_with_results_on_the_host(tmp_path, data_dir):
-    image = os.environ.get("COROLLA_IMAGE", "corolla:latest")
-    why = _docker_reason(image)
-    if why:
-        print(f"skipped: {why}")
-        pytest.skip(why)
-    tool = ["docker", "compose"] if subprocess.run(["docker", "compose", "version"],
-                                                   capture_output=True).returncode == 0 else ["docker-compose"]
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    project = f"corollatest{os.getpid()}"
-    env = dict(os.environ, COROLLA_DATA=str(Path(data_dir).resolve()), COROLLA_RUNS=str(runs), COROLLA_IMAGE=image,
-               COROLLA_PRESET="fedavg-mf-ml100k", COROLLA_ROUNDS="1", COROLLA_NODES="2", COROLLA_RUN_NAME="compose",
-               COROLLA_OFFLINE="1", COROLLA_SET=" ".join(SMALL + ["num-rounds=1"]),
-               COROLLA_CONTROL_PORT=str(_free_port()), COROLLA_FLEET_PORT=str(_free_port()))
-    base = tool + ["-p", project, "-f", str(ROOT / "compose.yaml")]
-    try:
-        p = subprocess.run(base + ["up", "--no-build", "--scale", "supernode=2", "--exit-code-from", "run"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-        s = json.loads((runs / "compose" / "summary.json").read_text())
-        assert s["status"] == "completed" and s["rounds_completed"] == 1
-    finally:
-        subprocess.run(base + ["down", "-v"], cwd=ROOT, env=env, capture_output=True, timeout=300)
-
-
 def test_flower_commands_come_from_the_interpreters_bin_before_path(tmp_path, monkeypatch):
     """`corolla run` starts the SuperLink, SuperNodes and `flwr` of the Flower it imports: a
     different `flwr` earlier on PATH is not used, and children get the same PATH order."""
-    from launcher.cli import _path_with_interpreter, flower_bin
+    from launcher.cli import flower_bin
 
     other = tmp_path / "bin"
     other.mkdir()

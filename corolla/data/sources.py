@@ -130,7 +130,8 @@ def locate(name: str, data_dir: str | os.PathLike | None = None) -> Path:
             raise
         except Exception as e:  # network errors: fall through to the offline message
             err = e
-    where = " or ".join(str(d / name) for d in dirs[:-1]) or str(dirs[0] / name)
+    places = list(dict.fromkeys(str(d / name) for d in dirs[:-1])) or [str(dirs[0] / name)]
+    where = " or ".join(places)
     reason = f" (download failed: {err})" if err else " (offline: COROLLA_OFFLINE is set)"
     raise DatasetFileError(
         f"dataset file '{name}' not found{reason}. Get it from {spec.url}"

@@ -1,0 +1,301 @@
+"""The Docker drills as tests, driven from Python with the Docker SDK (``docker`` package):
+containers started, killed, restarted and inspected here, on a network this test creates.
+
+* the image is built from this tree (``docker/build-offline.sh``: debootstrap base, host
+  wheelhouse; layers are cached, so a rebuild after a code change takes seconds);
+* a run with 3 SuperNode containers and the same run with 2 give identical metrics, and every
+  role runs as a non-root user;
+* TLS with SuperNode authentication: registered keys run, an unregistered key is refused, and
+  the run records each node's key fingerprint;
+* a SuperNode killed after round 2 and started again after round 4: the run completes, the rounds
+  in between lose only that node's clients, and it rejoins (``docker/faults.sh`` drill A);
+* the SuperLink restarted mid-run: the submission fails, ``--resume`` from the checkpoint on the
+  results folder completes with the metrics of an uninterrupted in-process run (drill B);
+* ``compose.yaml`` itself, through docker compose (v2) or docker-compose (1.29).
+
+Without a Docker daemon these tests skip, unless ``COROLLA_REQUIRE_DOCKER=1`` (``.ci/run`` sets it
+when it started one): then they fail.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[1]
+IMAGE = os.environ.get("COROLLA_TEST_IMAGE", "corolla:latest")
+SET = "fraction-train=0.1 local-epochs=1"   # small rounds: the drills test the plumbing
+
+
+def _unavailable(why: str):
+    if os.environ.get("COROLLA_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"COROLLA_REQUIRE_DOCKER=1 but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def dk():
+    try:
+        import docker
+    except ImportError:
+        _unavailable("the docker package is not installed (pip install 'corolla[test]')")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as e:  # noqa: BLE001
+        _unavailable(f"no Docker daemon reachable ({type(e).__name__})")
+    return client
+
+
+@pytest.fixture(scope="module")
+def image(dk):
+    """The image of this tree (cached layers make a rebuild quick); its build time is printed."""
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", "docker/build-offline.sh", IMAGE], cwd=ROOT, capture_output=True, text=True,
+                       timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(f"image {IMAGE}: {r.stdout.strip().splitlines()[-1]} ({time.monotonic() - t0:.0f} s)")
+    return IMAGE
+
+
+class Deployment:
+    """A SuperLink, SuperNodes and submitters on a network of their own, as compose.yaml runs them."""
+
+    def __init__(self, dk, image: str, data_dir: str, runs: Path, certs: Path | None = None):
+        self.dk, self.image, self.data, self.runs, self.certs = dk, image, str(Path(data_dir).resolve()), runs, certs
+        self.tag = uuid.uuid4().hex[:8]
+        self.net = dk.networks.create(f"corolla-test-{self.tag}")
+        self.state = dk.volumes.create(f"corolla-state-{self.tag}")
+        self.claims = dk.volumes.create(f"corolla-claims-{self.tag}")
+        self.containers = []
+
+    def _env(self, **kw):
+        env = {"COROLLA_OFFLINE": "1", "COROLLA_IDLE_POLL": "0.05"}
+        if self.certs is not None:
+            env["COROLLA_CERTS"] = "/certs"
+        env.update({k: str(v) for k, v in kw.items()})
+        return env
+
+    def _vols(self, *extra):
+        v = {self.claims.name: {"bind": "/claims", "mode": "rw"}}
+        if self.certs is not None:
+            v[str(self.certs)] = {"bind": "/certs", "mode": "ro"}
+        for host, bind, mode in extra:
+            v[host] = {"bind": bind, "mode": mode}
+        return v
+
+    def run(self, name, command, env=None, vols=(), **kw):
+        c = self.dk.containers.run(self.image, command, name=f"{name}-{self.tag}", detach=True,
+                                   network=self.net.name, environment=self._env(**(env or {})),
+                                   volumes=self._vols(*vols), **kw)
+        self.containers.append(c)
+        return c
+
+    def superlink(self):
+        self.link = self.run("superlink", ["superlink"], vols=[(str(self.runs), "/runs", "rw")],
+                             hostname="superlink")
+        self.net.disconnect(self.link)
+        self.net.connect(self.link, aliases=["superlink"])
+        return self.link
+
+    def supernode(self, i: int):
+        return self.run(f"supernode{i}", ["supernode"], vols=[(self.data, "/data", "ro"),
+                                                             (self.state.name, "/state", "rw")])
+
+    def submit(self, name: str, rounds: int, nodes: int, resume: bool = False):
+        env = {"COROLLA_NODES": nodes}
+        if resume:
+            env["COROLLA_RESUME"] = name
+        else:
+            env.update(COROLLA_PRESET="fedavg-mf-ml100k", COROLLA_ROUNDS=rounds, COROLLA_RUN_NAME=name,
+                       COROLLA_SET=SET)
+        return self.run(f"submit-{name}-{uuid.uuid4().hex[:4]}", ["submit"], env=env,
+                        vols=[(str(self.runs), "/runs", "rw")])
+
+    def logs(self) -> str:
+        out = []
+        for c in self.containers:
+            try:
+                out.append(f"--- {c.name}\n" + c.logs(tail=30).decode(errors="replace"))
+            except Exception:  # noqa: BLE001
+                pass
+        return "\n".join(out)
+
+    def close(self):
+        for c in self.containers:
+            try:
+                c.remove(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+        for x in (self.net, self.state, self.claims):
+            try:
+                x.remove()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+@pytest.fixture
+def deploy(dk, image, data_dir, tmp_path):
+    made = []
+
+    def make(certs=None):
+        runs = tmp_path / "runs"
+        runs.mkdir(exist_ok=True)
+        d = Deployment(dk, image, data_dir, runs, certs)
+        made.append(d)
+        return d
+    yield make
+    for d in made:
+        d.close()
+
+
+def _wait_exit(c, d: Deployment, timeout=600) -> int:
+    try:
+        return int(c.wait(timeout=timeout)["StatusCode"])
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError(f"{c.name} did not exit in {timeout} s ({e})\n{d.logs()}") from None
+
+
+def _wait_round(path: Path, rnd: int, timeout=300):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists() and f"round {rnd:>3}/" in path.read_text():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"round {rnd} not in {path} after {timeout} s")
+
+
+def _uid(c) -> int:
+    """The real uid of the container's main process (after the entry point dropped root)."""
+    c.reload()
+    status = c.exec_run(["cat", "/proc/1/status"]).output.decode()
+    return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+
+
+def _summary(runs: Path, name: str) -> dict:
+    return json.loads((runs / name / "summary.json").read_text())
+
+
+def test_three_and_two_supernode_containers_give_identical_metrics_as_non_root(deploy):
+    metrics = {}
+    for n in (3, 2):
+        d = deploy()
+        link = d.superlink()
+        nodes = [d.supernode(i) for i in range(n)]
+        t0 = time.monotonic()
+        sub = d.submit(f"nodes-{n}", rounds=2, nodes=n)
+        time.sleep(3)
+        uids = {c.name: _uid(c) for c in (link, *nodes)}
+        rc = _wait_exit(sub, d)
+        assert rc == 0, d.logs()
+        s = _summary(d.runs, f"nodes-{n}")
+        print(f"{n} SuperNode containers: {time.monotonic() - t0:.1f} s, uids {sorted(set(uids.values()))}")
+        assert s["status"] == "completed" and s["rounds_completed"] == 2
+        assert all(u != 0 for u in uids.values()), uids
+        assert (d.runs / f"nodes-{n}" / "summary.json").stat().st_uid != 0 or os.getuid() == 0
+        metrics[n] = s["metrics"]
+        d.close()
+    assert metrics[3] == metrics[2]
+
+
+def test_tls_registered_nodes_run_with_their_keys_recorded_and_a_stranger_is_refused(deploy, tmp_path):
+    if shutil.which("openssl") is None or shutil.which("ssh-keygen") is None:
+        _unavailable("needs openssl and ssh-keygen for the certificates")
+    certs = tmp_path / "certs"
+    subprocess.run(["bash", "docker/certs.sh", str(certs), "3"], cwd=ROOT, check=True, capture_output=True)
+    assert all(oct(p.stat().st_mode)[-3:] == "600" for p in (certs / "keys").iterdir() if p.suffix != ".pub")
+    d = deploy(certs)
+    d.superlink()
+    for i in range(2):
+        d.supernode(i)
+    sub = d.submit("tls", rounds=1, nodes=2)
+    assert _wait_exit(sub, d) == 0, d.logs()
+    s = _summary(d.runs, "tls")
+    keys = sorted(v["key"] for v in s["nodes"].values() if "key" in v)
+    expected = sorted(subprocess.run(["ssh-keygen", "-lf", str(certs / "keys" / f"node{i}.pub")], capture_output=True,
+                                     text=True, check=True).stdout.split()[1] for i in range(3))
+    assert len(keys) == 2 and set(keys) <= set(expected), (keys, expected)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-C", "stranger", "-f",
+                    str(certs / "stranger")], check=True)
+    stranger = d.run("stranger", ["flower-supernode", "--root-certificates", "/certs/ca.crt",
+                                  "--auth-supernode-private-key", "/certs/stranger", "--superlink", "superlink:9092",
+                                  "--node-config", 'clients="auto"'])
+    rc = _wait_exit(stranger, d, timeout=180)
+    log = stranger.logs().decode(errors="replace")
+    assert rc != 0 and "code: 2004" in log, log[-2000:]
+
+
+def test_supernode_killed_and_restarted_mid_run(deploy):
+    """faults.sh drill A: the rounds without the node lose its clients only; it rejoins."""
+    d = deploy()
+    d.superlink()
+    nodes = [d.supernode(i) for i in range(3)]
+    sub = d.submit("faults-node", rounds=6, nodes=3)
+    log = d.runs / "faults-node" / "rounds.log"
+    _wait_round(log, 2)
+    victim = nodes[0]
+    t_kill = time.monotonic()
+    victim.kill()
+    _wait_round(log, 4)
+    victim.start()
+    assert _wait_exit(sub, d) == 0, d.logs()
+    s = _summary(d.runs, "faults-node")
+    rounds = [json.loads(x) for x in (d.runs / "faults-node" / "rounds.jsonl").read_text().splitlines()]
+    table = [(r["round"], r["phases"][0]["replies"], len(r["phases"][0]["excluded"]), round(r["wall_s"], 1))
+             for r in rounds]
+    print(f"drill A (killed at {time.monotonic() - t_kill:.0f} s before the end): round, replies, excluded, wall s "
+          f"{table}")
+    assert s["status"] == "completed" and s["rounds_completed"] == 6
+    assert any(r["phases"][0]["excluded"] or r["phases"][0]["replies"] < 3 for r in rounds[2:4])
+    assert rounds[-1]["phases"][0]["replies"] == 3, table
+
+
+def test_superlink_restart_then_resume_equals_an_uninterrupted_run(deploy, data_dir, tmp_path):
+    """faults.sh drill B."""
+    d = deploy()
+    link = d.superlink()
+    for i in range(3):
+        d.supernode(i)
+    sub = d.submit("faults-link", rounds=4, nodes=3)
+    _wait_round(d.runs / "faults-link" / "rounds.log", 2)
+    link.restart(timeout=5)
+    assert _wait_exit(sub, d) != 0, "the interrupted submission exited 0"
+    again = d.submit("faults-link", rounds=4, nodes=3, resume=True)
+    assert _wait_exit(again, d) == 0, d.logs()
+    s = _summary(d.runs, "faults-link")
+    from launcher.cli import main
+
+    ref = tmp_path / "reference"
+    assert main(["run", "--preset", "fedavg-mf-ml100k", "--mode", "inproc", "--nodes", "3", "--quiet",
+                 "--set", "num-rounds=4", *[x for kv in SET.split() for x in ("--set", kv)],
+                 "--data-dir", data_dir, "--out", str(ref)]) == 0
+    assert s["status"] == "completed" and s["metrics"] == json.loads((ref / "summary.json").read_text())["metrics"]
+
+
+def test_compose_file_runs_with_results_on_the_host(image, data_dir, tmp_path):
+    tool = ["docker", "compose"] if subprocess.run(["docker", "compose", "version"],
+                                                   capture_output=True).returncode == 0 else ["docker-compose"]
+    if tool == ["docker-compose"] and shutil.which("docker-compose") is None:
+        _unavailable("neither docker compose nor docker-compose")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    project = f"corollatest{os.getpid()}"
+    env = dict(os.environ, COROLLA_DATA=str(Path(data_dir).resolve()), COROLLA_RUNS=str(runs), COROLLA_IMAGE=image,
+               COROLLA_PRESET="fedavg-mf-ml100k", COROLLA_ROUNDS="1", COROLLA_NODES="2", COROLLA_RUN_NAME="compose",
+               COROLLA_OFFLINE="1", COROLLA_SET=SET, COROLLA_CONTROL_PORT="0", COROLLA_FLEET_PORT="0")
+    base = tool + ["-p", project, "-f", str(ROOT / "compose.yaml")]
+    try:
+        p = subprocess.run(base + ["up", "--no-build", "--scale", "supernode=2", "--exit-code-from", "run"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        s = json.loads((runs / "compose" / "summary.json").read_text())
+        assert s["status"] == "completed" and s["rounds_completed"] == 1
+    finally:
+        subprocess.run(base + ["down", "-v"], cwd=ROOT, env=env, capture_output=True, timeout=300)
