@@ -24,6 +24,8 @@ t1=$(date +%s)
 constraints=$(mktemp)
 echo "torch==2.13.0" > "$constraints"   # without it pip picks a multi-GB CUDA build
 echo "downloading the wheelhouse into docker/wheels/"
+# exactly this tree's dependencies (the Dockerfile installs every wheel there): drop older downloads
+find docker/wheels -maxdepth 1 \( -name '*.whl' -o -name '*.tar.gz' \) -delete
 python3 -m pip download -q -d docker/wheels -c "$constraints" torch==2.13.0 setuptools wheel ".[all]" 2>&1 \
   | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 rm -f "$constraints"
