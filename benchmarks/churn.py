@@ -53,7 +53,6 @@ def drill(out: Path, nodes: int, rounds: int, every: int, min_alive: int, max_ev
     cluster = Cluster(out, "local", nodes, data_dir, ncs)
     rng = random.Random(seed)
     events: list[dict] = []
-    alive_at_round: dict[int, int] = {}
     t0 = time.monotonic()
     try:
         conn = cluster.start()
@@ -71,7 +70,6 @@ def drill(out: Path, nodes: int, rounds: int, every: int, min_alive: int, max_ev
             done = len(round_lines(out / "rounds.jsonl"))
             if done > seen:
                 seen = done
-                alive_at_round[done + 1] = len(cluster.node_procs)
                 if done % every == 0 and done < rounds and len(events) < max_events:
                     live, dead = sorted(cluster.node_procs), sorted(set(range(nodes)) - set(cluster.node_procs))
                     kill = bool(live) and (not dead or rng.random() < 0.5) and len(live) > min_alive
@@ -85,7 +83,6 @@ def drill(out: Path, nodes: int, rounds: int, every: int, min_alive: int, max_ev
                         continue
                     events.append({"after_round": done, "action": "kill" if kill else "start", "node": i,
                                    "alive": len(cluster.node_procs), "t_s": round(time.monotonic() - t0, 1)})
-                    alive_at_round[done + 1] = len(cluster.node_procs)
                     print(f"after round {done}: {'killed' if kill else 'started'} node {i}; "
                           f"{len(cluster.node_procs)} alive", flush=True)
             time.sleep(0.2)
@@ -93,21 +90,35 @@ def drill(out: Path, nodes: int, rounds: int, every: int, min_alive: int, max_ev
     finally:
         cluster.stop()
     wall = time.monotonic() - t0
+    return report(out, events, nodes, rounds, every, min_alive, seed, preset, wall)
+
+
+def report(out: Path, events: list[dict], nodes: int, rounds: int, every: int, min_alive: int, seed: int,
+           preset: str, wall: float) -> dict:
+    """The drill's table. With fused evaluation, round r's record is written when round r+1's
+    replies are in, so an event taken when r records exist hits the message of round r+2."""
     summary = json.loads((out / "summary.json").read_text())
     recs = round_lines(out / "rounds.jsonl")
     table, lost = [], []
+    alive = nodes
     for r in recs:
         ph = r["phases"]
-        ev = [e for e in events if e["after_round"] == r["round"] - 1]
+        ev = [e for e in events if e["after_round"] + 2 == r["round"] or   # the last round's evaluation too
+              r["round"] == len(recs) and e["after_round"] + 2 > r["round"]]
+        if ev:
+            alive = ev[-1]["alive"]
         lost += [c for p in ph for c in p.get("state_lost", [])]
-        table.append({"round": r["round"], "nodes_alive": alive_at_round.get(r["round"], nodes),
+        table.append({"round": r["round"], "nodes_alive": alive,
                       "replies": sum(p["replies"] for p in ph), "clients": r.get("clients"),
                       "excluded": sum(len(p["excluded"]) for p in ph), "wall_s": round(r["wall_s"], 2),
-                      "event_before": f"{ev[0]['action']} node {ev[0]['node']}" if ev else ""})
-    calm = [row["wall_s"] for row in table if not row["event_before"] and not row["excluded"]]
-    hit = [row["wall_s"] for row in table if row["event_before"].startswith("kill") or row["excluded"]]
-    res = {"command": "python " + " ".join(sys.argv), "preset": preset, "nodes": nodes, "rounds": rounds,
+                      "event": ", ".join(f"{e['action']} node {e['node']}" for e in ev)})
+    late = [e for e in events if e["after_round"] + 2 > len(recs)]
+    calm = [row["wall_s"] for row in table if not row["event"] and not row["excluded"]]
+    hit = [row["wall_s"] for row in table if row["event"].startswith("kill") or row["excluded"]]
+    res = {"command": "python " + " ".join(sys.argv[:1] + [x for x in sys.argv[1:] if x != "--table-only"]),
+           "preset": preset, "nodes": nodes, "rounds": rounds,
            "every": every, "min_alive": min_alive, "seed": seed, "events": events, "table": table,
+           "events_after_the_last_round_record": late,
            "state_lost": sorted(set(lost)), "status": summary["status"],
            "rounds_completed": summary["rounds_completed"], "metrics": summary["metrics"],
            "exclusions": sum(row["excluded"] for row in table), "wall_s": round(wall, 1),
@@ -130,17 +141,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "churn"))
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json", help="write the result here")
+    ap.add_argument("--table-only", action="store_true", help="recompute the table of the drill in --out/--json")
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()
-    if out.exists():
-        import shutil
-        shutil.rmtree(out)
-    res = drill(out, a.nodes, a.rounds, a.every, a.min_alive, a.max_events, a.seed,
-                str(Path(a.data_dir).resolve()), a.preset, a.set, a.timeout)
-    print(f"{'round':>5} {'alive':>5} {'replies':>7} {'clients':>7} {'excl':>5} {'wall s':>7}  event before")
+    if a.table_only:   # the table again from an earlier drill's folder and JSON (its events)
+        old = json.loads(Path(a.json).read_text())
+        res = {**old, **report(out, old["events"], old["nodes"], old["rounds"], old["every"], old["min_alive"],
+                               old["seed"], old["preset"], old["wall_s"])}
+        res["command"] = old["command"]
+    else:
+        if out.exists():
+            import shutil
+            shutil.rmtree(out)
+        res = drill(out, a.nodes, a.rounds, a.every, a.min_alive, a.max_events, a.seed,
+                    str(Path(a.data_dir).resolve()), a.preset, a.set, a.timeout)
+    print(f"{'round':>5} {'alive':>5} {'replies':>7} {'clients':>7} {'excl':>5} {'wall s':>7}  event in this round")
     for row in res["table"]:
         print(f"{row['round']:>5} {row['nodes_alive']:>5} {row['replies']:>7} {row['clients']!s:>7} "
-              f"{row['excluded']:>5} {row['wall_s']:>7}  {row['event_before']}")
+              f"{row['excluded']:>5} {row['wall_s']:>7}  {row['event']}")
     print(f"status {res['status']}, rounds {res['rounds_completed']}, exclusions {res['exclusions']}, "
           f"state lost {res['state_lost']}, metrics {res['metrics']}")
     print(f"median round: {res['median_round_s_calm']} s calm, {res['median_round_s_after_a_kill']} s after a kill")
