@@ -14,6 +14,7 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from client_app import secure
 from client_app.host import NodeHost
 from corolla.messages import (PROTOCOL_VERSION, ClientOut, Flat, PhaseReply, PhaseRequest, config_hash,
                               version_mismatch)
@@ -67,6 +68,8 @@ def handle_flat(flat: Flat, node_config: dict, run_state: dict[str, Any]) -> Fla
     host = NodeHost(node_config, run_config(req, run_state), req.run)
     if req.phase == "handshake":
         return host.handshake(req.restore_round).encode()
+    if req.phase.startswith("secagg-"):
+        return secure.handle_query(req, host.store.dir)
     reply = PhaseReply()
     ev = req.evaluation
     if ev is not None and ev.when == "before":
@@ -75,6 +78,8 @@ def handle_flat(flat: Flat, node_config: dict, run_state: dict[str, Any]) -> Fla
     if req.clients:
         reply.results, reply.errors = _split(host.run_phase(req.phase, req.round, req.clients, req.shared,
                                                             req.personal))
+    if req.clients and req.secagg.get("secagg-cts") is not None:   # secure aggregation: one masked sum
+        secure.mask_reply(req, host.store.dir, reply)
     if ev is not None and ev.when == "after":
         reply.eval_results, reply.eval_errors = _split(host.run_phase("evaluate", ev.round, ev.clients, ev.shared,
                                                                       ev.personal))
@@ -105,6 +110,11 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
+    return _reply(msg, context)
+
+
+@app.query("secagg")
+def secagg(msg: Message, context: Context) -> Message:
     return _reply(msg, context)
 
 

@@ -89,6 +89,15 @@ CORE: dict[str, Key] = {
                                      "rounds, then the unweighted mean over clients (the LPSFed code's 'Final "
                                      "Results'; needs report-per-client)", ("none", "client-best-mean")),
     "report-per-client": Key(False, "also report each logical client's metrics and their unweighted mean (silo methods: LPSFed)"),
+    # --- secure aggregation (flower_io/secagg.py; methods with secure_sum in corolla/methods/)
+    "secagg": Key("none", "secure aggregation of the summed upload: 'secaggplus' = SecAgg+ over the nodes (the server "
+                  "learns only the sum of the nodes' vectors; each node sums its own logical clients first)",
+                  ("none", "secaggplus")),
+    "secagg-threshold": Key(0, "SecAgg+: shares needed to unmask (0 = the smallest majority of each node's neighbourhood)"),
+    "secagg-neighbours": Key(0, "SecAgg+: neighbours per node in the masking graph (0 = every other node: plain SecAgg)"),
+    "secagg-clip": Key(4.0, "SecAgg+: a node's vector (its clients' weighted sum over the round's total weight) must lie "
+                       "in [-clip, clip]"),
+    "secagg-bits": Key(24, "SecAgg+: quantisation levels 2^bits over [-clip, clip] (nodes x 2^bits < 2^32)"),
     # --- outputs
     "export-topk": Key(0, "write OUT/topk.jsonl with the top-K items of every user (0 = off)"),
 }
@@ -308,6 +317,16 @@ def validate(cfg: dict[str, Any]) -> None:
     from corolla import methods
 
     method = methods.check(cfg)   # the method table: harness, model, the method's and its harness's checks
+    if cfg["secagg"] != "none":
+        if not method.secure_sum:
+            raise ConfigError(f"config key 'secagg': method {method.label} does not aggregate a sum; secure "
+                              f"aggregation supports {', '.join(methods.secure_sum_methods())}")
+        if cfg.get("fedcia-upload", "full") != "full":
+            raise ConfigError("config key 'secagg': secure aggregation sums full uploads; it needs fedcia-upload=full")
+        if not 1 <= cfg["secagg-bits"] <= 24 or cfg["secagg-clip"] <= 0 or cfg["secagg-threshold"] < 0 \
+                or cfg["secagg-neighbours"] < 0:
+            raise ConfigError("config keys 'secagg-*': expected bits in 1..24, clip > 0, threshold >= 0, "
+                              "neighbours >= 0")
     if cfg["client-models"]:
         if not method.heterogeneous:
             raise ConfigError("config key 'client-models': heterogeneous models need a method that does not "

@@ -112,6 +112,7 @@ class PhaseRequest:
     evaluation: EvalPart | None = None
     cfg: dict[str, Any] | None = None   # the resolved run config: in the handshake only
     versions: dict[str, str] | None = None   # the server's protocol/Corolla/Flower: in the handshake only
+    secagg: dict[str, Any] = field(default_factory=dict)   # secure aggregation's ``secagg-*`` config entries
 
     def encode(self) -> Flat:
         conf: dict[str, Any] = {"phase": self.phase, "round": int(self.round), "clients": json.dumps(self.clients),
@@ -120,6 +121,7 @@ class PhaseRequest:
             conf["cfg"] = json.dumps(self.cfg)
         if self.versions is not None:
             conf["versions"] = json.dumps(self.versions)
+        conf.update(self.secagg)
         flat: Flat = {"config": conf}
         if self.shared:
             flat["global"] = dict(self.shared)
@@ -149,7 +151,8 @@ class PhaseRequest:
         return cls(str(conf["phase"]), int(conf.get("round", 0)), [int(c) for c in json.loads(conf.get("clients", "[]"))],
                    RunInfo.decode(conf), shared, unpack(flat["personal"]) if "personal" in flat else {},
                    int(conf.get("restore-round", 0)), ev, json.loads(conf["cfg"]) if "cfg" in conf else None,
-                   json.loads(conf["versions"]) if "versions" in conf else None)
+                   json.loads(conf["versions"]) if "versions" in conf else None,
+                   {k: v for k, v in conf.items() if k.startswith("secagg-")})
 
     def bytes_down(self) -> int:
         """Bytes of the arrays this message carries (``corolla.protocol``): shared arrays once,
@@ -177,6 +180,7 @@ class PhaseReply:
     eval_results: dict[int, ClientOut] = field(default_factory=dict)
     eval_errors: dict[int, str] = field(default_factory=dict)
     orphans: list[int] = field(default_factory=list)   # decoded payloads without metrics (dropped)
+    secure: dict[str, Any] = field(default_factory=dict)   # secure aggregation: the node's part (``secagg``)
 
     def encode(self) -> Flat:
         flat: Flat = {}
@@ -192,6 +196,8 @@ class PhaseReply:
             if err:
                 texts[f"{prefix}errors"] = dumps_per_client(err)
         flat["results"] = texts
+        if self.secure:
+            flat["secagg"] = dict(self.secure)
         return flat
 
     @classmethod
@@ -216,6 +222,10 @@ class PhaseReply:
             else:
                 out.results, out.errors = results, errs
             out.orphans += unclaimed
+        sec = flat.get("secagg", {})
+        if not isinstance(sec, dict):
+            raise PayloadError("record 'secagg': expected a record")
+        out.secure = dict(sec)
         return out
 
     def clients(self) -> set[int]:

@@ -47,6 +47,8 @@ def message_type(phase: str) -> str:
         return "evaluate"
     if phase in ("handshake", "topk"):
         return f"query.{phase}"
+    if phase.startswith("secagg-"):
+        return "query.secagg"
     return "train"
 
 
@@ -117,7 +119,7 @@ class Exchanger:
         self.roster.refresh(self.transport, self.handshake_request, self.cfg["phase-timeout"])
 
     def build(self, phase: str, rnd: int, targets: list[int], shared, personal,
-              ev: EvalRequest | None = None) -> tuple[list[tuple[int, PhaseRequest]], int]:
+              ev: EvalRequest | None = None, secure=None) -> tuple[list[tuple[int, PhaseRequest]], int]:
         """Requests ``(node, request)`` for ``targets`` (and the evaluation ``ev`` carried with
         them); returns (requests, bytes down)."""
         out: list[tuple[int, PhaseRequest]] = []
@@ -135,7 +137,8 @@ class Exchanger:
                 train = [c for c in chunk if c in tset]
                 evs = [c for c in chunk if c in eset]
                 req = PhaseRequest(phase, rnd, train, self.run, restore_round=self.restore_round,
-                                   personal={c: personal[c] for c in train if personal.get(c)})
+                                   personal={c: personal[c] for c in train if personal.get(c)},
+                                   secagg=secure.collect_config(node) if secure is not None and train else {})
                 if shared and (train or (evs and how == "global")):
                     req.shared = shared
                 if evs:
@@ -171,7 +174,7 @@ class Exchanger:
 
     def _client_result(self, phase: str, node: int, c: int,
                        reply_part: tuple[dict[int, ClientOut], dict[int, str]],
-                       stats: PhaseStats) -> ClientResult | None:
+                       stats: PhaseStats, secure: bool = False) -> ClientResult | None:
         """The validated result of logical client ``c`` (None: excluded, the reason in ``stats``)."""
         results, errors = reply_part
         if c in errors:
@@ -190,7 +193,7 @@ class Exchanger:
             if bad is not None:
                 raise PayloadError(f"metric {bad[:60]!r}: expected finite numbers")
             if phase not in ("evaluate", "topk"):
-                validate_payload(payload, self.strategy.expected_payload(phase, c))
+                validate_payload(payload, {} if secure else self.strategy.expected_payload(phase, c))
                 if phase in self.strategy.counted_phases and "num-examples" not in mets:
                     raise PayloadError(f"num-examples: missing (phase {phase} weights by it)")
                 n = mets.get("num-examples", 0)
@@ -205,7 +208,7 @@ class Exchanger:
         return ClientResult(payload, mets)
 
     def parse(self, phase: str, sent: list[tuple[int, PhaseRequest]], replies, stats: PhaseStats,
-              rnd: int = 0) -> tuple[dict[int, ClientResult], dict[int, ClientResult]]:
+              rnd: int = 0, secure=None) -> tuple[dict[int, ClientResult], dict[int, ClientResult]]:
         """Validate replies (an iterable of ``(message index, flat reply | error text)``); returns
         the valid results of the phase and of the evaluation the messages carried."""
         out: dict[int, ClientResult] = {}
@@ -261,8 +264,22 @@ class Exchanger:
                 res = self._client_result("evaluate", node, c, (reply.eval_results, reply.eval_errors), stats)
                 if res is not None:
                     evals[c] = res
+            if secure is not None and req.secagg:   # one masked vector for the node's clients
+                why = secure.add_masked(node, reply.secure.get("masked"))
+                if why is None:
+                    stats.bytes_up += secure.masked_bytes()
+                else:
+                    log(WARNING, "node %s: its masked vector is not used in phase %s (%s); its clients %s are "
+                        "excluded", node, phase, why, cids)
+                    for c in cids:
+                        self._exclude(stats, node, c, f"secagg: {why[:200]}")
+                    continue
             for c in cids:
-                res = self._client_result(phase, node, c, (reply.results, reply.errors), stats)
+                res = self._client_result(phase, node, c, (reply.results, reply.errors), stats,
+                                          secure is not None)
+                if res is not None and secure is not None:
+                    out[c] = res   # its upload is in the node's masked vector, never seen alone
+                    continue
                 if res is not None:
                     if phase not in ("evaluate", "topk"):
                         mets = {k: v for k, v in res.metrics.items() if k.startswith(("valid/", "test/"))}
@@ -284,16 +301,19 @@ class Exchanger:
             stats.compute_s = max(stats.compute_s, node_compute)
         return out, evals
 
-    def exchange(self, phase: str, rnd: int, targets: list[int], shared, personal, ev: EvalRequest | None = None
-                 ) -> tuple[dict[int, ClientResult], PhaseStats, dict[int, ClientResult]]:
+    def exchange(self, phase: str, rnd: int, targets: list[int], shared, personal, ev: EvalRequest | None = None,
+                 secure=None) -> tuple[dict[int, ClientResult], PhaseStats, dict[int, ClientResult]]:
         """One phase: build the messages, exchange them, validate the replies. Returns the phase's
-        results, its stats and the results of the evaluation ``ev`` it carried."""
+        results, its stats and the results of the evaluation ``ev`` it carried. With ``secure``
+        (``server_app.secure.SecureRound``) the nodes send masked sums instead of uploads."""
         t0 = time.perf_counter()
         stats = PhaseStats(phase if ev is None else f"{phase}+evaluate")
-        sent, stats.bytes_down = self.build(phase, rnd, targets, shared, personal, ev)
+        sent, stats.bytes_down = self.build(phase, rnd, targets, shared, personal, ev, secure)
+        limits = [None if secure is not None else self.expected_bytes(phase, r) for _, r in sent]
+        if secure is not None:   # a masked vector per node instead of the uploads
+            limits = [secure.masked_bytes() + 512 * (len(r.clients) + 8) for _, r in sent]
         replies = self.transport.exchange([(n, r.encode()) for n, r in sent], message_type(phase),
-                                          self.cfg["phase-timeout"],
-                                          [self.expected_bytes(phase, r) for _, r in sent]) if sent else []
-        results, evals = self.parse(phase, sent, replies, stats, rnd)
+                                          self.cfg["phase-timeout"], limits) if sent else []
+        results, evals = self.parse(phase, sent, replies, stats, rnd, secure)
         stats.wall_s = time.perf_counter() - t0
         return results, stats, evals

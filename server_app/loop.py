@@ -26,6 +26,7 @@ from flwr.common.logger import log
 from corolla.config import int_list
 from server_app.evaluation import pool_metrics
 from server_app.exchange import EvalRequest, Exchanger, PhaseStats
+from server_app.secure import SecureRound
 from strategies.base import ClientResult, CorollaStrategy
 
 
@@ -124,8 +125,12 @@ class RoundLoop:
                     ev = deferred.ev
                 elif i == len(phases) - 1 and after:
                     ev = after_ev = self.request(rnd, "after")
+                sec = None
+                if self.cfg.get("secagg", "none") != "none" and s.secure_layout(phase, rnd) is not None:
+                    sec = SecureRound(ex, phase, rnd, ptargets)   # keys and shares first (server_app.secure)
+                    sec.setup_and_share()
                 results, stats, evals = ex.exchange(phase, rnd, ptargets, shared, personal,
-                                                    ev if ev is not None and ev.targets else None)
+                                                    ev if ev is not None and ev.targets else None, secure=sec)
                 self._progress(rnd, stats, len(results), len(ptargets))
                 if i == 0 and deferred is not None:
                     d, deferred = deferred, None
@@ -138,6 +143,12 @@ class RoundLoop:
                         return self.recorder
                 elif ev is after_ev and ev is not None:
                     after_results = evals
+                if sec is not None:   # the unmasking, then the strategy folds in the mean
+                    mean, weight, nodes = sec.unmask()
+                    train_metrics.update(s.aggregate_secure(phase, rnd, mean, results))
+                    train_metrics.update({"secagg-nodes": nodes, "secagg-weight": weight})
+                    phase_stats += sec.stats[:2] + [stats] + sec.stats[2:]
+                    continue
                 train_metrics.update(s.aggregate_phase(phase, rnd, results))
                 phase_stats.append(stats)
             if deferred is not None:   # no phase this round to carry the previous evaluation

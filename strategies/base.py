@@ -105,6 +105,20 @@ class CorollaStrategy:
         """*hook*: the arrays a logical client must upload in ``phase`` (empty: none)."""
         return {}
 
+    # secure aggregation (``secagg``; methods declared ``secure_sum``): the server gets only the
+    # (weighted) mean of the phase's uploads, computed from the nodes' masked sums
+    secure_weighted = False   # weights = ``num-examples`` (else 1 per client)
+
+    def secure_layout(self, phase: str, rnd: int) -> dict[str, tuple[int, ...]] | None:
+        """*hook*: the arrays whose mean ``phase`` aggregates, by name and shape (None: not a sum)."""
+        return None
+
+    def aggregate_secure(self, phase: str, rnd: int, mean: dict[str, np.ndarray],
+                         results: dict[int, ClientResult]) -> dict[str, Any]:
+        """*hook*: the phase's aggregate from the securely summed ``mean`` (``results``: the
+        clients' metrics, no payloads); returns the round's train metrics."""
+        raise NotImplementedError(f"{type(self).__name__} has no secure aggregation")
+
     def accept(self, phase: str, rnd: int, cid: int, result: ClientResult) -> ClientResult:
         """*hook*: called for each validated result as its node's reply arrives.
 

@@ -70,6 +70,13 @@ class FedCIAGFCF(CorollaStrategy):
     def evaluate_download(self, rnd, targets):
         return ({"filter": self.f_agg} if self.f_agg is not None else {}), {}
 
+    def secure_layout(self, phase, rnd):
+        return {"filter": (self.n_items, self.n_items)} if phase == "upload" else None
+
+    def aggregate_secure(self, phase, rnd, mean, results):
+        self.f_agg = mean["filter"].astype(np.float32)
+        return {"clients": len(results)}
+
     def state_dict(self):
         return {"f_agg": self.f_agg} if self.f_agg is not None else {}
 
@@ -124,6 +131,14 @@ class FedCIAParam(CorollaStrategy):
 
     def eval_fuses_after(self, rnd):
         return True   # the clients evaluate their fine-tuned models in the finetune message
+
+    def secure_layout(self, phase, rnd):
+        return {"sim": (self.n_items, self.n_items)} if phase == "train" else None
+
+    def aggregate_secure(self, phase, rnd, mean, results):
+        self.c_s = mean["sim"].astype(np.float32)
+        losses = [r.metrics.get("train-loss", np.nan) for r in results.values()]
+        return {"clients": len(results), "train-loss": float(np.nanmean(losses)) if losses else float("nan")}
 
     def configure_phase(self, phase, rnd, targets):
         if phase == "finetune" and self.c_s is not None:

@@ -51,6 +51,11 @@ def table() -> list[Method]:
     return list(_table())
 
 
+def secure_sum_methods() -> list[str]:
+    """The methods whose aggregate may be a secure sum (``secagg``), as labels."""
+    return [m.label for m in _table() if m.secure_sum]
+
+
 def harnesses() -> dict[str, Harness]:
     from corolla.methods.harness import HARNESSES
 

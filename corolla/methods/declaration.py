@@ -37,6 +37,7 @@ class Method:
     client_options: dict[str, Any] = field(default_factory=dict)    # class attributes of the client for this method
     heterogeneous: bool = False   # clients may train different models (``client-models``)
     requires: dict[str, Any] = field(default_factory=dict)  # core keys it trains with (checked by its harness)
+    secure_sum: bool = False   # its aggregate is a (weighted) sum: secagg = "secaggplus" is supported
 
     @property
     def label(self) -> str:
