@@ -8,7 +8,9 @@
 # 2. docker compose up: fedavg-mf-ml100k, 3 rounds, 3 SuperNode containers -> runs/smoke-3, exit 0;
 # 3. the same with --scale supernode=5 -> runs/smoke-5, identical metrics required;
 # 4. the TLS overlay (fresh certificates, registered node keys), 3 nodes -> runs/smoke-tls, exit 0;
-# 5. a SuperNode container with an unregistered key against that TLS SuperLink: refused (Flower's
+# 5. the TLS overlay with secure aggregation (COROLLA_SET=secagg=secaggplus) -> runs/smoke-secagg,
+#    the SecAgg+ phases in its rounds and the metrics of step 2 within 2e-3;
+# 6. a SuperNode container with an unregistered key against that TLS SuperLink: refused (Flower's
 #    exit code 305 in its log, [code: 2004]; the process exits non-zero).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ if docker compose version >/dev/null 2>&1; then compose=(docker compose); else c
 project=corolla-smoke
 logs=$(mktemp -d)
 mkdir -p runs
-rm -rf runs/smoke-3 runs/smoke-5 runs/smoke-tls
+rm -rf runs/smoke-3 runs/smoke-5 runs/smoke-tls runs/smoke-secagg
 
 cleanup() { "${compose[@]}" -p "$project" -f compose.yaml -f docker/compose.tls.yaml down -v >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -64,6 +66,21 @@ docker/certs.sh "$certs" 8 >/dev/null
 export COROLLA_CERTS_DIR=$certs
 run_compose 3 smoke-tls -f compose.yaml -f docker/compose.tls.yaml
 
+echo "== TLS overlay with secure aggregation (SecAgg+), 3 SuperNodes"
+COROLLA_SET="secagg=secaggplus" run_compose 3 smoke-secagg -f compose.yaml -f docker/compose.tls.yaml
+python3 - <<'PY'
+import json, sys
+a = json.load(open("runs/smoke-3/summary.json"))
+b = json.load(open("runs/smoke-secagg/summary.json"))
+r = [json.loads(x) for x in open("runs/smoke-secagg/rounds.jsonl")]
+names = [p["name"] for p in r[0]["phases"]]
+assert b["status"] == "completed" and "secagg-unmask" in names, (b["status"], names)
+gap = max(abs(a["metrics"][k] - b["metrics"][k]) for k in a["metrics"])
+if gap > 2e-3:
+    sys.exit(f"FAILED: secure aggregation moved the metrics by {gap}")
+print(f"SecAgg+: phases {names}, largest metric difference from the plain run {gap:.2e}")
+PY
+
 echo "== an unregistered SuperNode against the TLS SuperLink"
 ssh-keygen -q -t ecdsa -b 384 -N "" -C stranger -f "$certs/stranger"
 "${compose[@]}" -p "$project" -f compose.yaml -f docker/compose.tls.yaml up -d superlink \
@@ -89,7 +106,7 @@ cleanup
 echo "== metrics"
 python3 - <<'PY'
 import json
-for name in ("smoke-3", "smoke-5", "smoke-tls"):
+for name in ("smoke-3", "smoke-5", "smoke-tls", "smoke-secagg"):
     s = json.load(open(f"runs/{name}/summary.json"))
     rounds = [json.loads(x) for x in open(f"runs/{name}/rounds.jsonl")]
     per_round = [r["wall_s"] for r in rounds]

@@ -53,9 +53,11 @@ class SecureRound:
         n = len(nodes)
         k = cfg["secagg-neighbours"]
         hood = (n if k <= 0 or k >= n - 1 else 2 * max(1, k // 2) + 1)   # a node and its neighbours
-        t = cfg["secagg-threshold"] or hood // 2 + 1
-        self.p = Params(threshold=min(max(t, 2), max(hood, 2)), clip=float(cfg["secagg-clip"]),
-                        bits=int(cfg["secagg-bits"]), neighbours=k)
+        t = cfg["secagg-threshold"] or max(2, hood // 2 + 1)
+        if t > hood:
+            raise SecAggError(f"round {rnd}: secagg-threshold={t} exceeds the {hood} nodes of a neighbourhood "
+                              f"({n} nodes host this phase's clients): lower it or add nodes")
+        self.p = Params(threshold=t, clip=float(cfg["secagg-clip"]), bits=int(cfg["secagg-bits"]), neighbours=k)
         self.layout = strategy.secure_layout(phase, rnd)
         if self.layout is None:
             raise SecAggError(f"{type(strategy).__name__}: phase {phase} is not a sum")
@@ -160,7 +162,10 @@ class SecureRound:
                 shares[self.sid[node]] = {int(v): unb64(s) for v, s in json.loads(rec["shares"]).items()}
             except (KeyError, ValueError) as e:
                 log(WARNING, "node %s: malformed secagg-unmask reply (%s)", node, e)
-        total, n_active = self.srv.finish(shares)
+        try:
+            total, n_active = self.srv.finish(shares)
+        except SecAggError as e:
+            raise SecAggError(f"round {self.rnd}, phase {self.phase}: {e}") from None
         weight = float(total[-1])
         if not weight > 0 or not math.isfinite(weight):
             raise SecAggError(f"round {self.rnd}: the secure sum's weight is {weight}: no client was summed")

@@ -82,6 +82,10 @@ def test_secagg_over_tls_with_a_node_killed_after_key_sharing(tmp_path, data_dir
         s = json.loads((tmp_path / "out" / "summary.json").read_text())
         rounds = [json.loads(x) for x in (tmp_path / "out" / "rounds.jsonl").read_text().splitlines()]
         names = [p["name"] for p in rounds[0]["phases"]]
+        print("secure round over TLS, node 1 killed after key sharing:", json.dumps(
+            {"phases": [{k: p[k] for k in ("name", "replies", "bytes_up", "bytes_down", "wall_s")} | {
+                "excluded": len(p["excluded"])} for p in rounds[0]["phases"]],
+             "train": rounds[0]["train"], "metrics": s["metrics"]}))
         assert names[:4] == ["secagg-setup", "secagg-share", "train", "secagg-unmask"], names
         assert rounds[0]["phases"][1]["replies"] == 4                   # all four shared their keys
         assert rounds[0]["train"]["secagg-nodes"] == 3                  # the survivors' sum
