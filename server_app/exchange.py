@@ -277,9 +277,6 @@ class Exchanger:
             for c in cids:
                 res = self._client_result(phase, node, c, (reply.results, reply.errors), stats,
                                           secure is not None)
-                if res is not None and secure is not None:
-                    out[c] = res   # its upload is in the node's masked vector, never seen alone
-                    continue
                 if res is not None:
                     if phase not in ("evaluate", "topk"):
                         mets = {k: v for k, v in res.metrics.items() if k.startswith(("valid/", "test/"))}
@@ -293,6 +290,9 @@ class Exchanger:
                                 "node it came from)", c, node, rnd, start, self.trained[c])
                             stats.state_lost.append(c)
                         self.trained[c] = rnd
+                    if secure is not None:
+                        out[c] = res   # its upload is in the node's masked vector, never seen alone
+                        continue
                     try:   # the strategy's own checks of what it folds in (PayloadError: excluded)
                         out[c] = self.strategy.accept(phase, rnd, c, res)
                     except PayloadError as e:
@@ -309,9 +309,8 @@ class Exchanger:
         t0 = time.perf_counter()
         stats = PhaseStats(phase if ev is None else f"{phase}+evaluate")
         sent, stats.bytes_down = self.build(phase, rnd, targets, shared, personal, ev, secure)
-        limits = [None if secure is not None else self.expected_bytes(phase, r) for _, r in sent]
-        if secure is not None:   # a masked vector per node instead of the uploads
-            limits = [secure.masked_bytes() + 512 * (len(r.clients) + 8) for _, r in sent]
+        limits = [self.expected_bytes(phase, r) if secure is None   # with secure: one masked vector per node
+                  else secure.masked_bytes() + 512 * (len(r.clients) + 8) for _, r in sent]
         replies = self.transport.exchange([(n, r.encode()) for n, r in sent], message_type(phase),
                                           self.cfg["phase-timeout"], limits) if sent else []
         results, evals = self.parse(phase, sent, replies, stats, rnd, secure)
