@@ -17,7 +17,15 @@ A :class:`PhaseReply` holds ``payload`` (the hosted targeted clients' uploads, p
 ``results`` (``metrics``: JSON ``{cid: {"num-examples": n, "valid/<metric>": [per-user values],
 ...}}``; ``errors``: JSON ``{cid: traceback}`` of the clients that raised). The handshake reply
 (:class:`NodeInfo`) is ``node``: ``hosted`` (JSON ``{cid: {"users", "train"[, "items"]}}``),
-``n-items``, ``edge``, ``auto``, ``data-stats``.
+``n-items``, ``edge``, ``auto``, ``data-stats`` and, from an authenticating SuperNode, ``key`` (its
+public key's SHA256 fingerprint). The handshake request also carries ``versions`` (JSON: message
+``protocol``, ``corolla``, ``flwr``), which the node checks (:func:`version_mismatch`).
+
+**Secure aggregation** (``secagg``): the ``secagg-*`` config entries of a request
+(:attr:`PhaseRequest.secagg`: round, SecAgg id, parameters, and per phase the keys, ciphertexts,
+active/dropped lists or the layout of the summed vector), and a reply's ``secagg`` record (public
+keys, ciphertexts or shares as base64 text; in the summed phase ``masked``, the node's masked
+vector, instead of any ``payload``). ``server_app/secure.py`` and ``client_app/secure.py``.
 
 **Fused evaluation** (:class:`EvalPart`): a phase message may also carry the evaluation of a
 round, so that a round costs one exchange per node: config ``eval-round``, ``eval-clients``,
