@@ -144,6 +144,7 @@ class RoundLoop:
                 elif ev is after_ev and ev is not None:
                     after_results = evals
                 if sec is not None:   # the unmasking, then the strategy folds in the mean
+                    sec.collect_stats = stats
                     mean, weight, nodes = sec.unmask()
                     train_metrics.update(s.aggregate_secure(phase, rnd, mean, results))
                     train_metrics.update({"secagg-nodes": nodes, "secagg-weight": weight})

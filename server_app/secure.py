@@ -69,6 +69,7 @@ class SecureRound:
         self.size = sum(int(np.prod(s)) for s in self.layout.values()) + 1
         self.srv = ServerRound(self.p, sorted(self.sid.values()), seed=hash((cfg["seed"], rnd)) & 0xFFFFFFFF)
         self.stats: list[PhaseStats] = []
+        self.collect_stats: PhaseStats | None = None   # the summed phase's own (its exclusions)
 
     # ------------------------------------------------------------------ helpers
     def _config(self, node: int, **kw) -> dict[str, Any]:
@@ -165,7 +166,10 @@ class SecureRound:
         try:
             total, n_active = self.srv.finish(shares)
         except SecAggError as e:
-            raise SecAggError(f"round {self.rnd}, phase {self.phase}: {e}") from None
+            said = [x["reason"] for x in (self.collect_stats.excluded if self.collect_stats else [])
+                    if "secure aggregation" in x["reason"] or "secagg" in x["reason"]]
+            raise SecAggError(f"round {self.rnd}, phase {self.phase}: {e}"
+                              + (f" (a node said: {said[0][:300]})" if said else "")) from None
         weight = float(total[-1])
         if not weight > 0 or not math.isfinite(weight):
             raise SecAggError(f"round {self.rnd}: the secure sum's weight is {weight}: no client was summed")
