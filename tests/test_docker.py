@@ -62,6 +62,7 @@ def image(dk):
                        timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(f"image {IMAGE}: {r.stdout.strip().splitlines()[-1]} ({time.monotonic() - t0:.0f} s)")
+    dk.images.prune(filters={"dangling": True})   # the image this build replaced (GBs on a CI disk)
     return IMAGE
 
 
