@@ -111,6 +111,11 @@ def test_site_in_a_real_browser(tmp_path, data_dir):
         _check_page(d, out / "methods" / "fedca.html", anchors)
         assert d.find_elements("css selector", "img"), "the FedCA page shows no plot"
         d.save_screenshot(str(shots / "method-fedca.png"))
+        _check_page(d, out / "trust.html", anchors)
+        assert d.find_elements("css selector", "img"), "the security page shows no secure-aggregation plot"
+        tables = d.find_elements("css selector", "table")
+        assert len(tables) >= 4, "the security page lacks a table (secure aggregation, churn, hostile node)"
+        d.save_screenshot(str(shots / "trust.png"))
         for page in [*(out / "methods").glob("*.html"), *(out / "runs").glob("*.html")]:
             _check_page(d, page, anchors)
         _check_page(d, out / "runs" / "fedavg-run.html", anchors)
@@ -118,3 +123,28 @@ def test_site_in_a_real_browser(tmp_path, data_dir):
     finally:
         d.quit()
     assert run_page(run).is_file()
+
+
+def test_trust_page_shows_every_recorded_row_and_names_a_bad_file(tmp_path):
+    from corolla.report import trust
+
+    res = ROOT / "docs" / "results"
+    body = trust.page(res, tmp_path)
+    cost = json.loads((res / "secagg-cost.json").read_text())["rows"]
+    churn = json.loads((res / "churn.json").read_text())
+    hostile = json.loads((res / "hostile-node.json").read_text())
+    # one table row per recorded secure-aggregation row, churn round and hostile exclusion (+ headers)
+    assert body.count("<tr>") == (len(cost) + 1) + (len(churn["table"]) + 1) + (len(hostile["exclusions"]) + 1) + \
+        (len(set(hostile["metrics_all_honest"]) & set(hostile["metrics_with_hostile_node"])) + 1)
+    assert (tmp_path / "img" / "secagg-cost.png").stat().st_size > 1000
+    for r in cost:   # the measured distance and its bound, as recorded
+        assert f"{r['max_abs_diff']:.2e} ≤ {r['bound']:.2e}" in body
+    flat = trust.secagg_rows({"rows": cost})
+    assert all(r["diff"] <= r["bound"] for r in flat)
+    # absent files are said to be absent; a file of the wrong shape is named with what it lacks
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert body.count("Not recorded") == 0 and trust.page(empty, tmp_path).count("Not recorded") == 3
+    (empty / "churn.json").write_text(json.dumps({"table": []}))
+    with pytest.raises(ConfigError, match=r"churn.json: no 'metrics'"):
+        trust.page(empty, tmp_path)

@@ -67,6 +67,8 @@ def run_page(run_dir: Path) -> Path:
     if not (site / "index.html").exists():   # the navigation's targets: this run only
         (site / "index.html").write_text(render._page("Corolla run", '<p><a href="runs/index.html">the run</a>; the '
                                                       "leaderboard: <code>corolla report</code></p>"))
+        (site / "trust.html").write_text(render._page("Security and reliability", "<p><code>corolla report</code> "
+                                                      "writes this page from docs/results/.</p>"))
         (site / "methods" / "index.html").write_text(render._page("Methods", "<p><code>corolla report</code> writes "
                                                                  "the method pages.</p>", depth=1))
     render.run_pages(site, [read_run(run_dir)])

@@ -98,3 +98,26 @@ def bytes_quality(points: list[tuple[str, float, float]], metric: str, path: Pat
             ax.annotate(label, (b / 1e6, m), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     _finish(fig, ax, path, title, metric, "MB per round (up + down)", legend=False)
+
+
+def secagg_cost(rows: list[dict[str, Any]], path: Path) -> None:
+    """Secure aggregation against the node count, one line per method: the upload phase's MB
+    (plain dashed, secure solid) and the seconds of the three added phases together."""
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    for preset in sorted({r["preset"] for r in rows}):
+        rs = sorted((r for r in rows if r["preset"] == preset), key=lambda r: r["nodes"])
+        n = [r["nodes"] for r in rs]
+        line, = a.plot(n, [r["up_secure_mb"] for r in rs], marker="o", label=f"{preset} secure")
+        a.plot(n, [r["up_plain_mb"] for r in rs], "--", color=line.get_color(), label=f"{preset} plain")
+        b.plot(n, [sum(r[f"{p}_s"] or 0 for p in ("secagg-setup", "secagg-share", "secagg-unmask")) for r in rs],
+               marker="o", color=line.get_color(), label=preset)
+    a.set_yscale("log")
+    a.set_xscale("log", base=2)
+    b.set_xscale("log", base=2)
+    b.set_xlabel("nodes")
+    b.set_ylabel("s")
+    b.set_title("setup + share + unmask, seconds", fontsize=10)
+    b.grid(alpha=0.3)
+    b.legend(fontsize=8)
+    _finish(fig, a, path, "upload phase, MB per round", "MB", "nodes")

@@ -1,5 +1,6 @@
 """The report as Markdown (``docs/leaderboard.md``, the README's overview) and as a static site:
-``index.html`` (every leaderboard), ``methods/<method>.html``, ``runs/<run>.html``, ``style.css``
+``index.html`` (every leaderboard), ``methods/<method>.html``, ``runs/<run>.html``, ``trust.html``
+(secure aggregation's cost, the churn and hostile-node drills), ``style.css``
 and PNG plots. Plain HTML and CSS: it opens from the file system, no server, no JavaScript."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from corolla import methods
-from corolla.report import plots
+from corolla.report import plots, trust
 from corolla.report.board import STATUSES, Board, Row, anchor, summary_counts
 from corolla.report.sources import Run
 
@@ -118,7 +119,7 @@ def _page(title: str, body: str, depth: int = 0) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<link rel="stylesheet" href="{up}style.css"></head><body>\n'
             f'<nav><a href="{up}index.html">Leaderboard</a><a href="{up}methods/index.html">Methods</a>'
-            f'<a href="{up}runs/index.html">Runs</a></nav>\n<h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n')
+            f'<a href="{up}runs/index.html">Runs</a><a href="{up}trust.html">Security and drills</a></nav>\n<h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n')
 
 
 def _cls(status: str) -> str:
@@ -177,6 +178,8 @@ def site(boards: list[Board], runs: list[Run], out: Path, results_md: Path, resu
     (out / "index.html").write_text(_page("Corolla leaderboard", "\n".join(parts)))
     pages.append(out / "index.html")
     pages += method_pages(out, boards, results_dir, preset_results, method_docs)
+    (out / "trust.html").write_text(_page("Security and reliability", trust.page(results_dir, out)))
+    pages.append(out / "trust.html")
     pages += run_pages(out, runs)
     return pages
 
