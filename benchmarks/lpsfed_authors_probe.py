@@ -71,10 +71,15 @@ def owners(i, truth, test_global, data_dir: Path, clients_dir: Path):
     gtest_s = [set(x) for x in gtest]
     tr = json.loads((clients_dir / f"train_data{i}.json").read_text())
     va = json.loads((clients_dir / f"val_data{i}.json").read_text())
+    by_item: dict[int, list[int]] = {}   # candidate owners through one of the list's items
+    for u, items in enumerate(gtest):
+        for x in items:
+            by_item.setdefault(x, []).append(u)
     found = []
     for j, lst in enumerate(test_global[i]):
         need_t, need_r = set(lst), set(tr[j]) | set(va[j])
-        cand = [u for u in range(len(gtest)) if need_t <= gtest_s[u] and need_r <= gtrain[u]]
+        pool = by_item.get(lst[0], []) if lst else range(len(gtest))
+        cand = [u for u in pool if need_t <= gtest_s[u] and need_r <= gtrain[u]]
         found.append(cand[0] if len(cand) == 1 else None)
     users = truth[i]["users"]
     return {"test_owner_identified": sum(o is not None for o in found),

@@ -1,0 +1,99 @@
+"""LPSFed vs FedAvg-LGCN: the authors' code, no-learning rankers under its evaluation, and Corolla
+(issue 29's verdict table).
+
+Inputs, all produced on the same machine:
+
+* ``--authors-logs DIR``: logs of ``lpsfed_authors_run.sh`` (``lpsfed-pP-sS.log``,
+  ``fedavg-pP-sS.log``), parsed with ``lpsfed_authors_log.parse``: per run the unweighted mean over
+  the 4 clients of each client's best sampled test value (the code's "Final Results");
+* ``--probe pP=FILE``: ``lpsfed_authors_probe.py`` on the same partition P (its ids and the random
+  and popularity rankers under the code's evaluation);
+* ``--corolla RUN_DIR ...``: Corolla runs (``summary.json``): ``metrics`` (validation-selected,
+  pooled over test users) and ``metrics_paper_compat`` (``client-best-mean``: the code's aggregation).
+
+Writes one JSON and prints the table as Markdown.
+
+    python benchmarks/lpsfed_verdict.py --authors-logs LOGS --probe p0=P0.json p1=P1.json \\
+        --corolla runs/lpsfed-code-ml100k-seed* runs/fedavg-lgcn-code-ml100k-seed* --json OUT.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lpsfed_authors_log import parse  # noqa: E402
+
+METRICS = ("recall@20", "ndcg@20")
+LOG = re.compile(r"(lpsfed|fedavg)-p(\d+)-s(\d+)\.log$")
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(values)), "sd": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+            "n": len(values)}
+
+
+def authors(logs: Path) -> dict:
+    runs: dict[str, dict[str, list]] = {}
+    for f in sorted(logs.glob("*.log")):
+        m = LOG.search(f.name)
+        if not m:
+            continue
+        r = parse(f)
+        if not r.get("complete"):
+            raise SystemExit(f"{f}: the run did not finish (no '=== Final Results ===')")
+        runs.setdefault(m.group(1), {}).setdefault(f"p{m.group(2)}", []).append(
+            {"seed": int(m.group(3)), **r["client_mean"]})
+    return runs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--authors-logs", type=Path, required=True)
+    ap.add_argument("--probe", nargs="+", default=[], help="pP=FILE from lpsfed_authors_probe.py")
+    ap.add_argument("--corolla", nargs="*", type=Path, default=[])
+    ap.add_argument("--json", type=Path, required=True)
+    a = ap.parse_args(argv)
+    au = authors(a.authors_logs)
+    probes = {}
+    for item in a.probe:
+        part, _, path = item.partition("=")
+        probes[part] = json.loads(Path(path).read_text())
+    rows = []
+    for name, label in (("lpsfed", "LPSFed (authors' code)"), ("fedavg", "FedAvg-LGCN (authors' code: BPR, ρ̄ = 1)")):
+        for part, rs in sorted(au.get(name, {}).items()):
+            rows.append({"what": label, "partition": part, **{k: stats([r[k] for r in rs]) for k in METRICS}})
+    for part, pr in sorted(probes.items()):
+        for scorer, label in (("popularity", "popularity, no learning (authors' evaluation)"),
+                              ("random", "random scores (authors' evaluation)")):
+            rs = [r for r in pr["runs"] if r["scorer"] == scorer]
+            rows.append({"what": label, "partition": part, **{k: stats([r[k] for r in rs]) for k in METRICS}})
+    corolla: dict[str, list] = {}
+    for d in a.corolla:
+        s = json.loads((d / "summary.json").read_text())
+        corolla.setdefault(s["preset"], []).append({"run": d.name, "seed": s["config"]["seed"] if "config" in s else None,
+                                                    "metrics": {k: s["metrics"][k] for k in METRICS},
+                                                    "compat": {k: s["metrics_paper_compat"]["metrics"][k] for k in METRICS},
+                                                    "wall_s": s.get("wall_s")})
+    for preset, rs in sorted(corolla.items()):
+        rows.append({"what": f"Corolla {preset}, client-best-mean (the code's aggregation)", "partition": "Corolla's",
+                     **{k: stats([r["compat"][k] for r in rs]) for k in METRICS}})
+        rows.append({"what": f"Corolla {preset}, validation-selected, pooled", "partition": "Corolla's",
+                     **{k: stats([r["metrics"][k] for r in rs]) for k in METRICS}})
+    out = {"command": " ".join(["python", "benchmarks/lpsfed_verdict.py", *(argv or sys.argv[1:])]),
+           "authors_runs": au, "probes": probes, "corolla_runs": corolla, "table": rows}
+    a.json.write_text(json.dumps(out, indent=1))
+    print("| what | partition | runs | Recall@20 | NDCG@20 |\n|---|---|---:|---|---|")
+    for r in rows:
+        print(f"| {r['what']} | {r['partition']} | {r['recall@20']['n']} | "
+              + " | ".join(f"{r[k]['mean']:.4f} ± {r[k]['sd']:.4f}" for k in METRICS) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
