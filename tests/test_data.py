@@ -145,9 +145,11 @@ def test_spectral_labels_equal_scikit_learns_on_ml100k(data_dir):
     r.data[:] = 1.0
     ref = SpectralClustering(n_clusters=4, affinity="precomputed", assign_labels="cluster_qr",
                              random_state=0).fit_predict((r + r.T).tocsr())
-    # isolated nodes have a zero embedding row: ours labels them 0, scikit-learn by round-off
+    # isolated nodes have a zero embedding row: ours labels them 0 (on every machine), scikit-learn
+    # by round-off
     linked = np.asarray((r + r.T).sum(1)).ravel() > 0
     ours = np.concatenate([ul, il])
+    assert (ours[~linked] == 0).all()
     pairs = set(zip(ours[linked].tolist(), ref[linked].tolist()))
     assert len(pairs) == 4 and len({a for a, _ in pairs}) == 4   # a bijection of labels
     assert sorted(np.bincount(ours[linked]).tolist()) == sorted(np.bincount(ref[linked]).tolist())

@@ -22,7 +22,7 @@ from corolla.data import loaders, partition, splits
 from corolla.data.sources import FILES, default_cache
 from corolla.util import atomic_save_npz, load_npz, rng, stable_seed
 
-PREP_VERSION = 4
+PREP_VERSION = 5
 DATA_KEYS = ("dataset", "rating-threshold", "min-user-interactions", "split", "split-ratios",
              "eval-negatives", "eval-neg-pool", "eval-neg-sampler", "ml100k-file", "partition", "num-clients",
              "protocol", "seed")

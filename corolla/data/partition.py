@@ -70,6 +70,9 @@ def spectral_embedding(a, k: int, seed: int) -> np.ndarray:
     norm = sp.diags(dd) @ a @ sp.diags(dd)
     v0 = np.random.default_rng(seed).uniform(-1.0, 1.0, n)
     _, vec = eigsh(norm, k=k, which="LA", v0=v0, tol=0.0)
+    # an isolated node's row is zero in exact arithmetic; Lanczos leaves round-off from v0 there,
+    # which differs between machines (BLAS kernels) and would decide its label: make it exactly 0
+    vec[deg == 0] = 0.0
     return vec[:, ::-1] * np.where(deg > 0, dd, 1.0)[:, None]
 
 

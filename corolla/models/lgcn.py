@@ -68,6 +68,7 @@ def spectral_basis(n_users: int, n_items: int, users: np.ndarray, items: np.ndar
         v0 = np.random.default_rng(seed).standard_normal(n)
         mu, vec = eigsh(norm, k=k, which="LA", v0=v0, tol=1e-8)
         order = np.argsort(-mu)
+        vec[deg == 0] = 0.0   # isolated nodes: exact zeros, not v0's round-off (machine dependent)
     lam = 1.0 - mu[order]
     return np.ascontiguousarray(vec[:, order], dtype=np.float32), lam.astype(np.float64)
 
