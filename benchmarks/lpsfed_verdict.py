@@ -38,6 +38,49 @@ def stats(values: list[float]) -> dict[str, float]:
             "n": len(values)}
 
 
+def corolla_curve(run: Path, metric: str = "recall@20") -> list[float]:
+    """Per round, the code's aggregation so far: each client's best test value over the rounds
+    up to this one, unweighted mean over clients."""
+    best: dict[str, float] = {}
+    out = []
+    for line in (run / "rounds.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        for c, m in (r.get("per_client") or {}).items():
+            best[c] = max(best.get(c, 0.0), m[metric])
+        if best:
+            out.append(float(np.mean(list(best.values()))))
+    return out
+
+
+def plot(au_curves: dict[str, list[list[float]]], co_curves: dict[str, list[list[float]]], probes: dict, path: Path) -> None:
+    """Both codes' curves in the code's aggregation (running per-client best, mean over clients),
+    mean over runs, with the no-learning popularity ranker under the authors' evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
+    for label, curves in au_curves.items():
+        n = min(len(c) for c in curves)
+        ax.plot(range(1, n + 1), np.mean([c[:n] for c in curves], 0), label=f"{label} (authors' code, {len(curves)} runs)")
+    for label, curves in co_curves.items():
+        n = min(len(c) for c in curves)
+        ax.plot(range(1, n + 1), np.mean([c[:n] for c in curves], 0), "--", label=f"{label} (Corolla, {len(curves)} seeds)")
+    for part, pr in sorted(probes.items()):
+        pop = pr["summary"]["popularity"]["recall@20"]["mean"]
+        ax.axhline(pop, color="grey", linestyle=":", linewidth=1)
+        ax.text(1, pop, f" popularity, no learning, authors' evaluation ({part})", fontsize=7, va="bottom", color="grey")
+    ax.set_xlabel("round (5 local epochs)")
+    ax.set_ylabel("Recall@20: per-client best so far, mean over clients")
+    ax.set_title("LPSFed vs FedAvg-LGCN on ML-100K: the authors' code and Corolla", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def authors(logs: Path) -> dict:
     runs: dict[str, dict[str, list]] = {}
     for f in sorted(logs.glob("*.log")):
@@ -48,7 +91,9 @@ def authors(logs: Path) -> dict:
         if not r.get("complete"):
             raise SystemExit(f"{f}: the run did not finish (no '=== Final Results ===')")
         runs.setdefault(m.group(1), {}).setdefault(f"p{m.group(2)}", []).append(
-            {"seed": int(m.group(3)), **r["client_mean"]})
+            {"seed": int(m.group(3)), **r["client_mean"],
+             # per aggregation (= round): the mean over clients of the code's running maxima
+             "curve_recall@20": [c["max_test_recall"] for c in r["curve"]]})
     return runs
 
 
@@ -58,6 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--probe", nargs="+", default=[], help="pP=FILE from lpsfed_authors_probe.py")
     ap.add_argument("--corolla", nargs="*", type=Path, default=[])
     ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--plot", type=Path, help="PNG of both codes' round curves")
     a = ap.parse_args(argv)
     au = authors(a.authors_logs)
     probes = {}
@@ -79,7 +125,8 @@ def main(argv=None) -> int:
         corolla.setdefault(s["preset"], []).append({"run": d.name, "seed": s["config"]["seed"] if "config" in s else None,
                                                     "metrics": {k: s["metrics"][k] for k in METRICS},
                                                     "compat": {k: s["metrics_paper_compat"]["metrics"][k] for k in METRICS},
-                                                    "wall_s": s.get("wall_s")})
+                                                    "wall_s": s.get("wall_s"),
+                                                    "curve_recall@20": corolla_curve(d)})
     for preset, rs in sorted(corolla.items()):
         rows.append({"what": f"Corolla {preset}, client-best-mean (the code's aggregation)", "partition": "Corolla's",
                      **{k: stats([r["compat"][k] for r in rs]) for k in METRICS}})
@@ -88,6 +135,10 @@ def main(argv=None) -> int:
     out = {"command": " ".join(["python", "benchmarks/lpsfed_verdict.py", *(argv or sys.argv[1:])]),
            "authors_runs": au, "probes": probes, "corolla_runs": corolla, "table": rows}
     a.json.write_text(json.dumps(out, indent=1))
+    if a.plot:
+        names = {"lpsfed": "LPSFed", "fedavg": "FedAvg-LGCN"}
+        plot({names[k]: [r["curve_recall@20"] for rs in v.values() for r in rs] for k, v in au.items()},
+             {p: [r["curve_recall@20"] for r in rs] for p, rs in corolla.items()}, probes, a.plot)
     print("| what | partition | runs | Recall@20 | NDCG@20 |\n|---|---|---:|---|---|")
     for r in rows:
         print(f"| {r['what']} | {r['partition']} | {r['recall@20']['n']} | "

@@ -45,6 +45,8 @@ REDUCE = {
     "lpsfed-ml100k": "local-epochs=1",
     "lpsfed-code-ml100k": "local-epochs=1",
     "fedavg-lgcn-code-ml100k": "local-epochs=1",
+    "lpsfed-code-gowalla": "local-epochs=1 dataset=ml-100k split=ratio split-ratios=0.81,0.09,0.1",
+    "fedavg-lgcn-code-gowalla": "local-epochs=1 dataset=ml-100k split=ratio split-ratios=0.81,0.09,0.1",
     "distfedavg-ml100k": "local-epochs=1",
     "distfedavg-filmtrust": "local-epochs=1",
     "distfedavg-lastfm2k": "local-epochs=1",
