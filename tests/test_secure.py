@@ -1,5 +1,5 @@
 """Secure aggregation through Corolla's rounds (``secagg = "secaggplus"``; server_app/secure.py,
-client_app/secure.py): FedAvg-MF and FedCIA GF-CF give the plain run's aggregate within the
+client_app/secure.py): FedAvg-MF, FedCIA GF-CF and FedCIA-MF give the plain run's aggregate within the
 quantisation bound (and the same metrics); no reply carries a client's upload, only a node's
 masked sum that is uniform noise; a node lost after sharing its keys leaves the survivors' sum;
 below the threshold the round fails with a clear error; unsupported methods are refused."""
@@ -66,6 +66,22 @@ def test_fedcia_gfcf_secure_equals_plain_within_the_bound(tmp_path, data_dir):
     diff = np.abs(a["f_agg"].astype(np.float64) - b["f_agg"]).max()
     assert 0 < diff <= _bound(4, cfg) + 1e-7, diff   # float32 storage adds < 1e-7 here
     assert sec["metrics"] == pytest.approx(plain["metrics"], abs=2e-3)   # stochastic rounding can flip a near tie
+
+
+def test_fedcia_parameter_model_secure_equals_plain_within_the_bound(tmp_path, data_dir):
+    """FedCIA-MF sends C = E Eᵀ, unbounded (|C̄| reaches 10.2 after one round here): the default
+    clip 4 stops the round with a message naming the node's value and the key to raise; with
+    secagg-clip=32 the unmasked sum is the plain one within the bound."""
+    small = "num-rounds=1 local-epochs=1 finetune-steps=5 clients-per-round=10"
+    with pytest.raises(Exception, match=r"beyond secagg-clip=4.0; raise secagg-clip"):
+        _run(tmp_path, data_dir, "clip4", "fedcia-mf-ml100k", f"{small} secagg=secaggplus")
+    plain, a, _ = _run(tmp_path, data_dir, "plain", "fedcia-mf-ml100k", small)
+    sec, b, rounds = _run(tmp_path, data_dir, "secure", "fedcia-mf-ml100k", f"{small} secagg=secaggplus secagg-clip=32")
+    cfg = resolve("fedcia-mf-ml100k", {"secagg": "secaggplus", "secagg-clip": 32.0})
+    nodes = rounds[0]["train"]["secagg-nodes"]
+    diff = np.abs(a["c_s"].astype(np.float64) - b["c_s"]).max()
+    assert 0 < diff <= _bound(nodes, cfg, rounds[0]["train"]["secagg-weight"]) + 1e-6, diff   # + float32 storage
+    assert sec["metrics"] == pytest.approx(plain["metrics"], abs=2e-3)
 
 
 def test_a_node_lost_after_sharing_its_keys_leaves_the_survivors_sum(tmp_path, data_dir):
