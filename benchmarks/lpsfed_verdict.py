@@ -52,7 +52,8 @@ def corolla_curve(run: Path, metric: str = "recall@20") -> list[float]:
     return out
 
 
-def plot(au_curves: dict[str, list[list[float]]], co_curves: dict[str, list[list[float]]], probes: dict, path: Path) -> None:
+def plot(au_curves: dict[str, list[list[float]]], co_curves: dict[str, list[list[float]]], probes: dict, path: Path,
+         dataset: str = "ML-100K") -> None:
     """Both codes' curves in the code's aggregation (running per-client best, mean over clients),
     mean over runs, with the no-learning popularity ranker under the authors' evaluation."""
     import matplotlib
@@ -71,9 +72,12 @@ def plot(au_curves: dict[str, list[list[float]]], co_curves: dict[str, list[list
         pop = pr["summary"]["popularity"]["recall@20"]["mean"]
         ax.axhline(pop, color="grey", linestyle=":", linewidth=1)
         ax.text(1, pop, f" popularity, no learning, authors' evaluation ({part})", fontsize=7, va="bottom", color="grey")
+        rnd = pr["summary"]["random"]["recall@20"]["mean"]
+        ax.axhline(rnd, color="grey", linestyle="-.", linewidth=0.8)
+        ax.text(1, rnd, f" random scores, authors' evaluation ({part})", fontsize=7, va="bottom", color="grey")
     ax.set_xlabel("round (5 local epochs)")
     ax.set_ylabel("Recall@20: per-client best so far, mean over clients")
-    ax.set_title("LPSFed vs FedAvg-LGCN on ML-100K: the authors' code and Corolla", fontsize=10)
+    ax.set_title(f"LPSFed vs FedAvg-LGCN on {dataset}: the authors' code and Corolla", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -81,15 +85,19 @@ def plot(au_curves: dict[str, list[list[float]]], co_curves: dict[str, list[list
     plt.close(fig)
 
 
-def authors(logs: Path) -> dict:
+def authors(logs: Path | None, files: list[Path] = ()) -> dict:
+    """The authors' runs from their logs, or from ``lpsfed_authors_log.py`` result files (which keep
+    each run's parsed log under ``per_run``)."""
+    parsed = [(f.name, parse(f)) for f in sorted(logs.glob("*.log"))] if logs else []
+    for f in files:
+        parsed += [(r["log"], r) for r in json.loads(f.read_text())["per_run"]]
     runs: dict[str, dict[str, list]] = {}
-    for f in sorted(logs.glob("*.log")):
-        m = LOG.search(f.name)
+    for name, r in parsed:
+        m = LOG.search(name)
         if not m:
             continue
-        r = parse(f)
         if not r.get("complete"):
-            raise SystemExit(f"{f}: the run did not finish (no '=== Final Results ===')")
+            raise SystemExit(f"{name}: the run did not finish (no '=== Final Results ===')")
         runs.setdefault(m.group(1), {}).setdefault(f"p{m.group(2)}", []).append(
             {"seed": int(m.group(3)), **r["client_mean"],
              # per aggregation (= round): the mean over clients of the code's running maxima
@@ -99,13 +107,18 @@ def authors(logs: Path) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--authors-logs", type=Path, required=True)
+    ap.add_argument("--authors-logs", type=Path, help="a directory of lpsfed_authors_run.sh logs")
+    ap.add_argument("--authors-json", type=Path, nargs="*", default=[],
+                    help="or lpsfed_authors_log.py result files (docs/results/lpsfed-authors-*.json)")
+    ap.add_argument("--dataset", default="ML-100K", help="for the plot's title")
     ap.add_argument("--probe", nargs="+", default=[], help="pP=FILE from lpsfed_authors_probe.py")
     ap.add_argument("--corolla", nargs="*", type=Path, default=[])
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--plot", type=Path, help="PNG of both codes' round curves")
     a = ap.parse_args(argv)
-    au = authors(a.authors_logs)
+    if not a.authors_logs and not a.authors_json:
+        ap.error("give --authors-logs or --authors-json")
+    au = authors(a.authors_logs, a.authors_json)
     probes = {}
     for item in a.probe:
         part, _, path = item.partition("=")
@@ -138,7 +151,7 @@ def main(argv=None) -> int:
     if a.plot:
         names = {"lpsfed": "LPSFed", "fedavg": "FedAvg-LGCN"}
         plot({names[k]: [r["curve_recall@20"] for rs in v.values() for r in rs] for k, v in au.items()},
-             {p: [r["curve_recall@20"] for r in rs] for p, rs in corolla.items()}, probes, a.plot)
+             {p: [r["curve_recall@20"] for r in rs] for p, rs in corolla.items()}, probes, a.plot, a.dataset)
     print("| what | partition | runs | Recall@20 | NDCG@20 |\n|---|---|---:|---|---|")
     for r in rows:
         print(f"| {r['what']} | {r['partition']} | {r['recall@20']['n']} | "
