@@ -141,6 +141,9 @@ def test_trust_page_shows_every_recorded_row_and_names_a_bad_file(tmp_path):
         assert f"{r['max_abs_diff']:.2e} ≤ {r['bound']:.2e}" in body
     flat = trust.secagg_rows({"rows": cost})
     assert all(r["diff"] <= r["bound"] for r in flat)
+    # every row shows the summed phase's seconds, plain and secure (FedAvg 'train', GF-CF 'upload')
+    assert {r["summed_phase"] for r in flat} == {"train", "upload"}
+    assert all(r["sum_plain_s"] is not None and r["sum_secure_s"] is not None for r in flat)
     # absent files are said to be absent; a file of the wrong shape is named with what it lacks
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -23,7 +23,7 @@ from corolla.keys import ConfigError
 from corolla.report import plots
 
 FILES = {"secagg": "secagg-cost.json", "churn": "churn.json", "hostile": "hostile-node.json"}
-SECURE_PHASES = ("secagg-setup", "secagg-share", "train", "secagg-unmask")
+ADDED_PHASES = ("secagg-setup", "secagg-share", "secagg-unmask")
 
 
 def _read(path: Path, fields: tuple[str, ...]) -> dict[str, Any] | None:
@@ -44,17 +44,27 @@ def _phase(row: dict[str, Any], which: str, name: str) -> dict[str, Any]:
     return next((p for p in row.get(f"phases_{which}", []) if p.get("name") == name), {})
 
 
+def summed_phase(row: dict[str, Any]) -> str:
+    """The phase whose upload is summed securely: the one between key sharing and unmasking
+    (``train`` for FedAvg, ``upload`` for FedCIA GF-CF)."""
+    names = [p.get("name") for p in row.get("phases_secure", [])]
+    i = names.index("secagg-share") + 1 if "secagg-share" in names else -1
+    return names[i] if 0 < i < len(names) else ""
+
+
 def secagg_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
     """One flat row per (method, nodes): the numbers the page's table and plot show."""
     out = []
     for r in d["rows"]:
+        summed = summed_phase(r)
         metric = "ndcg@10" if "ndcg@10" in r.get("metrics_plain", {}) else next(iter(r.get("metrics_plain", {})), "")
         row = {"preset": r["preset"], "nodes": r["nodes"], "vector": r["vector"],
                "up_plain_mb": r["plain_bytes_up"] / 1e6, "up_secure_mb": r["secure_bytes_up"] / 1e6,
                "diff": r["max_abs_diff"], "bound": r["bound"], "metric": metric,
                "plain": r.get("metrics_plain", {}).get(metric), "secure": r.get("metrics_secure", {}).get(metric),
-               "train_plain_s": _phase(r, "plain", "train").get("wall_s")}
-        for p in SECURE_PHASES:
+               "summed_phase": summed, "sum_plain_s": _phase(r, "plain", summed).get("wall_s"),
+               "sum_secure_s": _phase(r, "secure", summed).get("wall_s")}
+        for p in ADDED_PHASES:
             ph = _phase(r, "secure", p)
             row[f"{p}_s"] = ph.get("wall_s")
             row[f"{p}_kb"] = (ph.get("bytes_up", 0) + ph.get("bytes_down", 0)) / 1e3 if ph else None
@@ -70,14 +80,14 @@ def _secagg_html(d: dict[str, Any], out: Path) -> str:
     e = html.escape
     rows = secagg_rows(d)
     head = ("<tr><th>method</th><th>nodes</th><th>vector</th><th>upload MB plain → secure</th>"
-            "<th>setup kB / s</th><th>share kB / s</th><th>upload phase s plain → secure</th><th>unmask kB / s</th>"
+            "<th>setup kB / s</th><th>share kB / s</th><th>summed phase, s plain → secure</th><th>unmask kB / s</th>"
             "<th>max |aggregate − plain| ≤ bound</th><th>metric plain / secure</th></tr>")
     body = "".join(
         f"<tr><td>{e(r['preset'])}</td><td class='num'>{r['nodes']}</td><td class='num'>{r['vector']:,}</td>"
         f"<td class='num'>{r['up_plain_mb']:.1f} → {r['up_secure_mb']:.1f}</td>"
         f"<td class='num'>{_num(r['secagg-setup_kb'], '.1f')} / {_num(r['secagg-setup_s'], '.2f')}</td>"
         f"<td class='num'>{_num(r['secagg-share_kb'], '.1f')} / {_num(r['secagg-share_s'], '.2f')}</td>"
-        f"<td class='num'>{_num(r['train_plain_s'], '.2f')} → {_num(r['train_s'], '.2f')}</td>"
+        f"<td class='num'>{e(r['summed_phase'])} {_num(r['sum_plain_s'], '.2f')} → {_num(r['sum_secure_s'], '.2f')}</td>"
         f"<td class='num'>{_num(r['secagg-unmask_kb'], '.1f')} / {_num(r['secagg-unmask_s'], '.2f')}</td>"
         f"<td class='num'>{r['diff']:.2e} ≤ {r['bound']:.2e}</td>"
         f"<td class='num'>{e(r['metric'])} {_num(r['plain'], '.4f')} / {_num(r['secure'], '.4f')}</td></tr>"
