@@ -50,15 +50,19 @@ class Scores:
         return None, r, None, t.topk(r, k=min(20, r.shape[1]), dim=1).indices
 
 
+def true_pair(t: dict, u: int, k: int) -> bool:
+    """Is model pair (u, k) an edge of the client's subgraph (``t``: its users, items, edges)?"""
+    return u < len(t["users"]) and k < len(t["items"]) and (t["users"][u], t["items"][k]) in t["edges"]
+
+
 def id_trace(train_datas, test_global, removed_test, after_first, truth):
     out = []
     for i, t in enumerate(truth):
-        def true_pair(u, k):
-            return u < len(t["users"]) and k < len(t["items"]) and (t["users"][u], t["items"][k]) in t["edges"]
         final = train_datas[i][1]
         out.append({"client": i, "model_users": t["n_users"], "model_items": t["n_items"],
-                    "subgraph_pairs": t["pairs"], "pairs_true_after_first_mapping": sum(true_pair(u, k) for u, k in after_first[i]),
-                    "pairs_trained_on": len(final), "pairs_trained_on_that_are_edges": sum(true_pair(u, k) for u, k in final),
+                    "subgraph_pairs": t["pairs"],
+                    "pairs_true_after_first_mapping": sum(true_pair(t, u, k) for u, k in after_first[i]),
+                    "pairs_trained_on": len(final), "pairs_trained_on_that_are_edges": sum(true_pair(t, u, k) for u, k in final),
                     "test_lists": len(test_global[i]), "test_items": sum(len(x) for x in test_global[i]),
                     "test_items_kept": sum(len(x) for x in removed_test[i])})
     return out
@@ -99,8 +103,19 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
     from test import test_model
-    from utils.fed_data_preprocessing import dataset_preprocessing, testset_preprocessing
-    from utils.params import DATASET, KEEP_PORB, N_EPOCH, NUM_CLIENTS, TEST_USER_BATCH, TOP_K, USER_NUM
+    from utils.fed_data_preprocessing import (
+        dataset_preprocessing,
+        testset_preprocessing,
+    )
+    from utils.params import (
+        DATASET,
+        KEEP_PORB,
+        N_EPOCH,
+        NUM_CLIENTS,
+        TEST_USER_BATCH,
+        TOP_K,
+        USER_NUM,
+    )
     from utils.read_subgraph_data import read_data, read_subgraph
 
     data_dir = Path("../data") / DATASET
@@ -116,7 +131,7 @@ def main(argv=None) -> int:
             edges.add((int(u), int(v) - USER_NUM))
         truth.append({"edges": edges, "items": list(tr[4]), "n_users": tr[2], "n_items": tr[3], "pairs": len(tr[1]),
                       # dataset_preprocessing's user order: enumerate(set()) of the user-sorted pairs
-                      "users": list(set(x[0] for x in sorted(tr[1], key=lambda x: x[0])))})
+                      "users": list({x[0] for x in sorted(tr[1], key=lambda x: x[0])})})
         train_datas.append(tr)
         test_datas.append(read_data(str(cdir / f"test_data{i}.json"))[0])
         val_datas.append(read_data(str(cdir / f"val_data{i}.json"))[0])

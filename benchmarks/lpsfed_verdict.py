@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lpsfed_authors_log import parse  # noqa: E402
+from lpsfed_authors_log import parse
 
 METRICS = ("recall@20", "ndcg@20")
 LOG = re.compile(r"(lpsfed|fedavg)-p(\d+)-s(\d+)\.log$")
