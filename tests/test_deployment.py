@@ -128,24 +128,10 @@ def test_tls_superlink_refuses_an_unregistered_node_and_runs_with_a_registered_o
     _need_tls_tools()
     certs = tmp_path / "certs"
     subprocess.run(["bash", str(ROOT / "docker" / "certs.sh"), str(certs), "2"], check=True, capture_output=True)
-    control, fleet = _free_port(), _free_port()
     env = _env(FLWR_HOME=tmp_path / "home")
     procs = []
     try:
-        link = subprocess.Popen(
-            [flower_bin("flower-superlink"), "--ssl-ca-certfile", f"{certs}/ca.crt", "--ssl-certfile", f"{certs}/server.pem",
-             "--ssl-keyfile", f"{certs}/server.key", "--enable-supernode-auth",
-             "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(control),
-             "--fleet-api-address", f"127.0.0.1:{fleet}"],
-            env=env, cwd=tmp_path, start_new_session=True, stdout=open(tmp_path / "link.log", "w"),
-            stderr=subprocess.STDOUT)
-        procs.append(link)
-        _wait_port(control, link)
-        _wait_port(fleet, link)
-        (tmp_path / "home").mkdir(exist_ok=True)
-        (tmp_path / "home" / "config.toml").write_text(
-            f'[superlink]\ndefault = "c"\n[superlink.c]\naddress = "127.0.0.1:{control}"\n'
-            f'root-certificates = "{certs}/ca.crt"\n')
+        control, fleet = _tls_superlink(tmp_path, certs, env, procs)
         reg = subprocess.run([flower_bin("flwr"), "supernode", "register", f"{certs}/keys/node0.pub", "c"], env=env,
                              capture_output=True, text=True, timeout=120)
         assert reg.returncode == 0 and "registered successfully" in reg.stdout, reg.stdout + reg.stderr
@@ -178,6 +164,28 @@ def test_tls_superlink_refuses_an_unregistered_node_and_runs_with_a_registered_o
 
 
 # --------------------------------------------------------------------------- machines apart
+
+
+def _tls_superlink(tmp_path: Path, certs: Path, env: dict, procs: list) -> tuple[int, int]:
+    """A SuperLink with TLS and SuperNode authentication on loopback (appended to ``procs``), and a
+    ``flwr`` config in ``FLWR_HOME`` naming it "c"; returns its (control, fleet) ports."""
+    control, fleet = _free_port(), _free_port()
+    link = subprocess.Popen(
+        [flower_bin("flower-superlink"), "--ssl-ca-certfile", f"{certs}/ca.crt", "--ssl-certfile", f"{certs}/server.pem",
+         "--ssl-keyfile", f"{certs}/server.key", "--enable-supernode-auth",
+         "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(control),
+         "--fleet-api-address", f"127.0.0.1:{fleet}"],
+        env=env, cwd=tmp_path, start_new_session=True, stdout=open(tmp_path / "link.log", "w"),
+        stderr=subprocess.STDOUT)
+    procs.append(link)
+    _wait_port(control, link)
+    _wait_port(fleet, link)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / "config.toml").write_text(
+        f'[superlink]\ndefault = "c"\n[superlink.c]\naddress = "127.0.0.1:{control}"\n'
+        f'root-certificates = "{certs}/ca.crt"\n')
+    return control, fleet
+
 
 def _can_netns() -> str:
     if os.geteuid() != 0:

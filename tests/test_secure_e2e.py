@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import flower_bin
-from tests.test_deployment import _env, _free_port, _kill, _need_tls_tools, _wait_port
+from tests.test_deployment import _env, _free_port, _kill, _need_tls_tools, _tls_superlink
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,25 +28,11 @@ def test_secagg_over_tls_with_a_node_killed_after_key_sharing(tmp_path, data_dir
     _need_tls_tools()
     certs = tmp_path / "certs"
     subprocess.run(["bash", str(ROOT / "docker" / "certs.sh"), str(certs), "4"], check=True, capture_output=True)
-    control, fleet = _free_port(), _free_port()
     env = _env(FLWR_HOME=tmp_path / "home")
     state = tmp_path / "state"
     procs = []
     try:
-        link = subprocess.Popen(
-            [flower_bin("flower-superlink"), "--ssl-ca-certfile", f"{certs}/ca.crt", "--ssl-certfile",
-             f"{certs}/server.pem", "--ssl-keyfile", f"{certs}/server.key", "--enable-supernode-auth",
-             "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(control),
-             "--fleet-api-address", f"127.0.0.1:{fleet}"],
-            env=env, cwd=tmp_path, start_new_session=True, stdout=open(tmp_path / "link.log", "w"),
-            stderr=subprocess.STDOUT)
-        procs.append(link)
-        _wait_port(control, link)
-        _wait_port(fleet, link)
-        (tmp_path / "home").mkdir(exist_ok=True)
-        (tmp_path / "home" / "config.toml").write_text(
-            f'[superlink]\ndefault = "c"\n[superlink.c]\naddress = "127.0.0.1:{control}"\n'
-            f'root-certificates = "{certs}/ca.crt"\n')
+        control, fleet = _tls_superlink(tmp_path, certs, env, procs)
         for i in range(4):
             reg = subprocess.run([flower_bin("flwr"), "supernode", "register", f"{certs}/keys/node{i}.pub", "c"],
                                  env=env, capture_output=True, text=True, timeout=120)
