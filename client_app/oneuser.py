@@ -10,7 +10,11 @@ user's own post-training model, fused into the training reply.
   epoch; seeded by (seed, client, round), so the node that hosts a client does not matter;
 * :func:`evaluate_stacked` — valid and test metrics of every client on its held-out item and its
   negatives, from a batched scoring function;
-* :class:`OneUserBase` — the one-user check every such client shares.
+* :class:`OneUserBase` — the one-user check every such client shares;
+* ``item-upload = rows`` (:func:`rows_upload`, :func:`rows_scorer`): a client that starts from
+  the global item table sends only the rows its round trained, with their ids, keeps no copy of
+  the table in its state, and is evaluated on its candidates' rows (the global row unless it
+  trained it): what lets a node host thousands of users without a table per user.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import numpy as np
 
 from client_app.base import LogicalClient
 from corolla import metrics as M
-from corolla.models.stacked import epoch_permutations, training_rows
+from corolla.models.stacked import epoch_permutations, stack, training_rows
 from corolla.models.train import item_pools
+from corolla.protocol import row_keys
 from corolla.util import rng
 
 
@@ -91,3 +96,50 @@ def evaluate_stacked(clients, score: Callable) -> list[dict[str, list[float]]]:
             for k, v in res.items():
                 out[j][f"{split}/{k}"] = [float(v[r])]
     return out
+
+
+def rows_mode(cfg) -> bool:
+    return cfg.get("item-upload", "full") == "rows"
+
+
+def rows_upload(new: dict[str, np.ndarray], keys) -> dict[str, np.ndarray]:
+    """The upload of a state trained with ``train_users(dense=False)``: the item table as its
+    trained rows (``item.weight@rows`` int32 ids, ``item.weight@vals``) and the other ``keys``
+    as they are."""
+    rk, vk = row_keys("item.weight")
+    out = {k: new[k] for k in keys if k != "item.weight"}
+    out[rk] = new["item.ids"].astype(np.int32)
+    out[vk] = new["item.weight"]
+    return out
+
+
+def without_table(new: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What such a client keeps: everything but the item table (the next round starts from the
+    global one)."""
+    return {k: v for k, v in new.items() if k not in ("item.weight", "item.ids")}
+
+
+def rows_scorer(trained: list[dict[str, np.ndarray]], base: np.ndarray, device, make_scorer: Callable):
+    """A scorer for :func:`evaluate_stacked` over states holding trained rows only: client j's
+    candidate rows are its trained rows where it has them, else ``base`` (the global table it
+    started from). ``make_scorer(params)`` is the method's scorer on stacked params."""
+    import torch
+
+    names = [k for k in trained[0] if k != "item.ids"]
+
+    def score(idx, items):
+        jj, it = idx.cpu().numpy(), items.cpu().numpy()
+        emb = base[it]                                   # clients × candidates × d (a copy)
+        subs = []
+        for r, j in enumerate(jj):
+            ids, vals = trained[j]["item.ids"], trained[j]["item.weight"]
+            if len(ids):
+                pos = np.minimum(np.searchsorted(ids, it[r]), len(ids) - 1)
+                hit = ids[pos] == it[r]
+                emb[r, hit] = vals[pos[hit]]
+            subs.append({**{k: trained[j][k] for k in names if k != "item.weight"}, "item.weight": emb[r]})
+        params = stack(subs, names, device)
+        local = torch.arange(it.shape[1], device=device).expand(len(jj), -1)
+        return make_scorer(params)(torch.arange(len(jj), device=device), local)
+
+    return score

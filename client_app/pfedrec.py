@@ -13,12 +13,13 @@ into the training reply.
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 
 import numpy as np
 
 from client_app.base import PhaseResult
-from client_app.oneuser import OneUserBase, evaluate_stacked, evaluated, round_samples
+from client_app.oneuser import (OneUserBase, evaluate_stacked, evaluated, round_samples, rows_mode, rows_scorer,
+                                rows_upload, without_table)
 from corolla.models.pfedrec import pfedrec_init
 from corolla.models.stacked import stack, train_pfedrec_stacked, train_users
 
@@ -27,6 +28,9 @@ UPLOAD = ("item.weight", "affine.bias")
 
 class PFedRecClient(OneUserBase):
     def init_state(self) -> dict[str, np.ndarray]:
+        if rows_mode(self.cfg):   # the score function only: every round starts from the global table
+            init = _shared_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
+            return {k: v.copy() for k, v in init.items() if k != "item.weight"}
         return pfedrec_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
 
     def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
@@ -41,21 +45,36 @@ class PFedRecClient(OneUserBase):
             if "item.weight" in shared:
                 st["item.weight"] = shared["item.weight"]
             starts.append(st)
+        sparse = rows_mode(cfg)
         samples, perms = round_samples(clients, rnd)
         lr_item = cfg["lr"] * fed.n_items * cfg["pfedrec-lr-eta"]
         trained, losses = train_users(starts, samples, perms, partial(
-            train_pfedrec_stacked, batch_size=cfg["batch-size"], lr=cfg["lr"], lr_item=lr_item), dev)
-        evals = (evaluate_stacked(clients, pfedrec_scorer(stack(trained, list(trained[0]), dev)))
-                 if evaluated(cfg, rnd) else [{}] * len(clients))
-        return [PhaseResult(payload={k: new[k] for k in UPLOAD},
+            train_pfedrec_stacked, batch_size=cfg["batch-size"], lr=cfg["lr"], lr_item=lr_item), dev,
+            dense=not sparse)
+        if not evaluated(cfg, rnd):
+            evals = [{}] * len(clients)
+        elif sparse:
+            evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, pfedrec_scorer))
+        else:
+            evals = evaluate_stacked(clients, pfedrec_scorer(stack(trained, list(trained[0]), dev)))
+        return [PhaseResult(payload=rows_upload(new, UPLOAD) if sparse else {k: new[k] for k in UPLOAD},
                             metrics={"num-examples": len(rows["item"]), "train-loss": float(loss), **ev},
-                            state=new)
+                            state=without_table(new) if sparse else new)
                 for new, rows, loss, ev in zip(trained, samples, losses, evals)]
 
     def scores(self, state, shared, personal, local_users, items):
+        if "item.weight" not in state:   # item-upload = rows: the global table it starts from
+            state = {**state, "item.weight": shared["item.weight"]}
         q = state["item.weight"] if items is None else state["item.weight"][np.asarray(items).reshape(-1)]
         logit = q @ state["affine.weight"].reshape(-1) + state["affine.bias"][0]
         return (1.0 / (1.0 + np.exp(-logit))).astype(np.float32).reshape(len(local_users), -1)
+
+
+@lru_cache(maxsize=2)
+def _shared_init(n_items: int, dim: int, std: float, seed: int) -> dict[str, np.ndarray]:
+    """:func:`pfedrec_init` once per node (its draws are the same for every client; the score
+    function comes after the table in the generator, so the table is drawn anyway)."""
+    return pfedrec_init(n_items, dim, std, seed)
 
 
 def pfedrec_scorer(params):

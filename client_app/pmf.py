@@ -43,7 +43,8 @@ import numpy as np
 import torch
 
 from client_app.base import PhaseResult
-from client_app.oneuser import OneUserBase, evaluate_stacked, evaluated, round_samples
+from client_app.oneuser import (OneUserBase, evaluate_stacked, evaluated, round_samples, rows_mode, rows_scorer,
+                                rows_upload, without_table)
 from corolla.models.factory import build_model, init_params, shared_init
 from corolla.models.stacked import mlp_layer_names, stack, stacked_logits, train_stacked, train_users
 from corolla.util import stable_seed
@@ -66,7 +67,8 @@ class OneUserClient(OneUserBase):
         key = ("user-init", "shared") if cfg["user-init"] == "shared" else ("user-init", self.cid)
         init_params(model, cfg["init-std"], stable_seed(cfg["seed"], *key), ["user.weight"])
         state = model.get_arrays(["user.weight"])
-        state.update(shared_init(cfg, self.fed.n_items))
+        if not rows_mode(cfg):   # with item-upload = rows every round starts from the global table
+            state.update(shared_init(cfg, self.fed.n_items))
         return state
 
     def start_params(self, state, shared, personal) -> dict[str, np.ndarray]:
@@ -88,15 +90,24 @@ class OneUserClient(OneUserBase):
         cfg, dev = clients[0].cfg, clients[0].device
         starts = [c.start_params(s, shared, p) for c, s, p in zip(clients, states, personals)]
         names = list(starts[0])
+        sparse = rows_mode(cfg)
         samples, perms = round_samples(clients, rnd)
         trained, losses = train_users(starts, samples, perms, partial(
             train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=cfg["lr-mlp"],
-            wd_mlp=cfg["mlp-weight-decay"], early_break=cfg["early-break"]), dev)
-        evals = (evaluate_stacked(clients, stacked_scorer(stack(trained, names, dev))) if evaluated(cfg, rnd)
-                 else [{}] * len(clients))
+            wd_mlp=cfg["mlp-weight-decay"], early_break=cfg["early-break"]), dev, dense=not sparse)
+        if not evaluated(cfg, rnd):
+            evals = [{}] * len(clients)
+        elif sparse:
+            evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, stacked_scorer))
+        else:
+            evals = evaluate_stacked(clients, stacked_scorer(stack(trained, names, dev)))
         out = []
         for c, new, rows, loss, ev, pers in zip(clients, trained, samples, losses, evals, personals):
-            payload = c.upload(new, rows, pers)
+            if sparse:
+                payload = rows_upload(new, [k for k in shared if not k.startswith("user.")])
+                new = without_table(new)
+            else:
+                payload = c.upload(new, rows, pers)
             mets = {"num-examples": len(rows["item"]), "train-loss": float(loss), **ev}
             out.append(PhaseResult(payload=payload, metrics=mets, state=new))
         return out
@@ -114,6 +125,8 @@ class OneUserClient(OneUserBase):
                 for ev, ns, p in zip(evals, new_states, personals)]
 
     def scores(self, state, shared, personal, local_users, items):
+        if "item.weight" not in state:   # item-upload = rows: the global table it starts from
+            state = {**state, **shared}
         params = stack([state], list(state), self.device)
         it = torch.as_tensor(np.asarray(items).reshape(1, -1) if items is not None
                              else np.arange(self.fed.n_items)[None], device=self.device)

@@ -48,6 +48,7 @@ CORE: dict[str, Key] = {
     "dataset": Key("ml-100k", "dataset name", ("ml-100k", "ml-1m", "lastfm-2k", "filmtrust", "gowalla", "amazon-video")),
     "rating-threshold": Key(0.0, "keep interactions with rating >= threshold (0 keeps all)"),
     "min-user-interactions": Key(0, "drop users with fewer interactions (after the threshold)"),
+    "max-users": Key(0, "keep only the first N users after the filters (raw-id order; their items re-indexed), 0 = all: scale measurements on a growing part of one dataset"),
     "split": Key("loo", "train/valid/test split", ("loo", "ratio", "fedcia", "given")),
     "split-ratios": Key("0.8,0.1,0.1", "per-user train,valid,test fractions for split=ratio (and valid from train for split=given)"),
     "eval-negatives": Key(99, "sampled negatives per user for protocol=loo (drawn once)"),
@@ -293,6 +294,8 @@ def validate(cfg: dict[str, Any]) -> None:
     ks = int_list(cfg, "topk")
     if any(k < 1 for k in ks):
         raise ConfigError(f"config key 'topk': expected positive integers, got {cfg['topk']!r}")
+    if cfg["max-users"] < 0:
+        raise ConfigError(f"config key 'max-users': expected 0 (all users) or a positive count, got {cfg['max-users']}")
     r = float_list(cfg, "split-ratios")
     if len(r) != 3 or any(x < 0 for x in r) or abs(sum(r) - 1.0) > 1e-6:
         raise ConfigError(f"config key 'split-ratios': expected three non-negative fractions summing to 1, got {cfg['split-ratios']!r}")
@@ -310,8 +313,9 @@ def validate(cfg: dict[str, Any]) -> None:
         raise ConfigError("config key 'partition': 'fedcia' takes the clients of FedCIA's split file; it needs split=fedcia")
     if cfg["split"] == "given" and cfg["dataset"] != "gowalla":
         raise ConfigError("config key 'split': 'given' uses a dataset's own train/test files; only dataset=gowalla has them")
-    if cfg["dataset"] == "gowalla" and cfg["split"] != "given":
-        raise ConfigError("dataset 'gowalla' is the LightGCN split; it needs split=given")
+    if cfg["dataset"] == "gowalla" and cfg["split"] not in ("given", "loo"):
+        raise ConfigError("dataset 'gowalla' is the LightGCN split; it needs split=given (its train/test files) or "
+                          "split=loo (both pooled, leave-one-out by file order: it has no timestamps; scale runs)")
     if cfg["model"] == "lightgcn" and cfg["loss"] != "bpr":
         raise ConfigError("config key 'loss': LightGCN is trained with 'bpr'")
     from corolla import methods

@@ -149,9 +149,29 @@ def payload_size(arrays: dict[str, np.ndarray]) -> int:
 
 @dataclass(frozen=True)
 class ArraySpec:
+    """An expected array. A dimension given as ``-1`` may have any length up to the same
+    dimension of ``max_shape`` (e.g. the rows a client trained: at most the table's rows)."""
     shape: tuple[int, ...]
     dtype: str = "float32"
     optional: bool = False    # may be absent (when present: this shape and dtype)
+    max_shape: tuple[int, ...] | None = None   # bounds of the -1 dimensions
+
+    def bound(self) -> tuple[int, ...]:
+        """The largest shape it admits (what a reply's byte bound counts)."""
+        if self.max_shape is None:
+            return tuple(max(int(s), 0) for s in self.shape)
+        return tuple(int(m) if s == -1 else int(s) for s, m in zip(self.shape, self.max_shape))
+
+    def matches(self, shape: tuple[int, ...]) -> bool:
+        if len(shape) != len(self.shape):
+            return False
+        return all(x == s if s != -1 else 0 <= x <= b for x, s, b in zip(shape, self.shape, self.bound()))
+
+
+def row_keys(name: str) -> tuple[str, str]:
+    """The payload keys of table ``name`` sent as changed rows (``item-upload = rows``): its row
+    ids (int32, sorted, distinct) and those rows' values; every other row equals the download."""
+    return f"{name}@rows", f"{name}@vals"
 
 
 class PayloadError(ValueError):
@@ -169,8 +189,10 @@ def validate_payload(arrays: dict[str, np.ndarray], expected: dict[str, ArraySpe
         if k not in arrays:
             continue
         a = arrays[k]
-        if tuple(a.shape) != tuple(spec.shape):
-            raise PayloadError(f"'{k}': expected shape {tuple(spec.shape)}, got {tuple(a.shape)}")
+        if not spec.matches(tuple(a.shape)):
+            want = tuple(spec.shape) if spec.max_shape is None else \
+                f"{tuple(spec.shape)} (-1: at most {spec.bound()})"
+            raise PayloadError(f"'{k}': expected shape {want}, got {tuple(a.shape)}")
         if str(a.dtype) != spec.dtype:
             raise PayloadError(f"'{k}': expected dtype {spec.dtype}, got {a.dtype}")
         if a.dtype.kind == "f" and not np.isfinite(a).all():

@@ -158,7 +158,7 @@ class Exchanger:
         n = 0
         if phase not in ("evaluate", "topk"):
             for c in req.clients:
-                n += sum(int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize + 256
+                n += sum(int(np.prod(spec.bound())) * np.dtype(spec.dtype).itemsize + 256
                          for spec in self.strategy.expected_payload(phase, c).values())
         return n + 512 * (len(req.clients) + 8)
 

@@ -24,6 +24,27 @@ def weighted_mean(tables: list[dict[str, np.ndarray]], weights: list[float]) -> 
     return out
 
 
+def weighted_mean_rows(base: np.ndarray, parts: list[tuple[np.ndarray, np.ndarray]],
+                       weights: list[float]) -> np.ndarray:
+    """:func:`weighted_mean` of tables that equal ``base`` except in some rows, from those rows
+    alone (``item-upload = rows``): ``parts[k] = (rows_k, values_k)``, rows sorted and distinct.
+
+    Σ_k w_k T_k / Σ_k w_k = base + Σ_k w_k (T_k − base)[rows_k] / Σ_k w_k, accumulated in float64:
+    the same mean up to float64 rounding (then cast to ``base``'s dtype), in O(Σ|rows_k|) instead
+    of O(k · rows · d).
+    """
+    if not parts:
+        raise ValueError("weighted_mean_rows: no tables to aggregate")
+    w = np.asarray(weights, np.float64)
+    if (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weighted_mean_rows: weights must be >= 0 with a positive sum, got {weights}")
+    b64 = base.astype(np.float64)
+    acc = np.zeros(base.shape, np.float64)
+    for (rows, vals), wk in zip(parts, w):
+        acc[rows] += wk * (vals.astype(np.float64) - b64[rows])
+    return (b64 + acc / w.sum()).astype(base.dtype)
+
+
 class RunningMean:
     """Streaming unweighted mean of same-shape arrays: O(size) memory however many are added.
 

@@ -23,8 +23,8 @@ import numpy as np
 from flwr.common.logger import log
 
 from corolla.models.factory import shared_init
-from corolla.protocol import ArraySpec
-from strategies.aggregation import weighted_mean
+from corolla.protocol import ArraySpec, PayloadError, row_keys
+from strategies.aggregation import weighted_mean, weighted_mean_rows
 from strategies.base import ClientResult, CorollaStrategy
 
 
@@ -43,8 +43,30 @@ class FedAvg(CorollaStrategy):
     def configure_phase(self, phase, rnd, targets):
         return dict(self.global_params), {}
 
+    @property
+    def row_tables(self) -> tuple[str, ...]:
+        """Tables the clients send as changed rows (one-user harness, ``item-upload = rows``)."""
+        return ("item.weight",) if self.cfg.get("item-upload", "full") == "rows" else ()
+
     def expected_payload(self, phase, cid):
-        return {k: ArraySpec(v.shape, str(v.dtype)) for k, v in self.global_params.items()}
+        out = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in self.global_params.items()}
+        for k in self.row_tables:
+            m, d = out.pop(k).shape
+            rk, vk = row_keys(k)
+            out[rk] = ArraySpec((-1,), "int32", max_shape=(m,))
+            out[vk] = ArraySpec((-1, d), str(self.global_params[k].dtype), max_shape=(m, d))
+        return out
+
+    def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
+        for k in (self.row_tables if phase == "train" else ()):
+            rk, vk = row_keys(k)
+            rows, vals = result.payload[rk], result.payload[vk]
+            if len(rows) != len(vals):
+                raise PayloadError(f"'{rk}': {len(rows)} row ids for {len(vals)} rows of values")
+            if len(rows) and (rows[0] < 0 or rows[-1] >= self.global_params[k].shape[0]
+                              or (len(rows) > 1 and (np.diff(rows) <= 0).any())):
+                raise PayloadError(f"'{rk}': expected sorted distinct row ids in [0, {self.global_params[k].shape[0]})")
+        return super().accept(phase, rnd, cid, result)
 
     def aggregate_phase(self, phase, rnd, results: dict[int, ClientResult]):
         if not results:
@@ -54,7 +76,13 @@ class FedAvg(CorollaStrategy):
         w = [float(results[c].metrics["num-examples"]) if self.weighted else 1.0 for c in cids]
         if sum(w) <= 0:
             w = [1.0] * len(cids)
-        self.global_params = weighted_mean([results[c].payload for c in cids], w)
+        dense = [k for k in self.global_params if k not in self.row_tables]
+        new = weighted_mean([{k: results[c].payload[k] for k in dense} for c in cids], w) if dense else {}
+        for k in self.row_tables:
+            rk, vk = row_keys(k)
+            new[k] = weighted_mean_rows(self.global_params[k],
+                                        [(results[c].payload[rk], results[c].payload[vk]) for c in cids], w)
+        self.global_params = {k: new[k] for k in self.global_params}
         losses = [results[c].metrics.get("train-loss", float("nan")) for c in cids]
         return {"train-loss": float(np.nanmean(losses)) if np.isfinite(losses).any() else float("nan"),
                 "clients": len(cids)}

@@ -100,6 +100,8 @@ def data_key(cfg: dict[str, Any], content: bytes = b"") -> str:
     """Cache key of a federation: the data-relevant config keys, the source files' checksums and,
     for an edge node, the SHA-256 of its own file's ``content``."""
     sel: dict[str, Any] = {k: cfg[k] for k in DATA_KEYS}
+    if cfg.get("max-users"):   # only when set, so that every other run keeps its cache key
+        sel["max-users"] = cfg["max-users"]
     sel["files"] = source_checksums(cfg)
     if content:
         sel["edge"] = hashlib.sha256(content).hexdigest()
@@ -199,6 +201,7 @@ def _build(cfg: dict[str, Any], data_dir: str | None) -> Federation:
 
 def filter_and_check(inter, cfg):
     out = splits.filter_interactions(inter, cfg["rating-threshold"], cfg["min-user-interactions"])
+    out = splits.first_users(out, int(cfg.get("max-users", 0) or 0))
     if out.n_users == 0:
         raise ValueError(f"no user left after rating-threshold={cfg['rating-threshold']} and "
                          f"min-user-interactions={cfg['min-user-interactions']} on {cfg['dataset']}")

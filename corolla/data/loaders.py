@@ -162,6 +162,9 @@ LOADERS = {
     "lastfm-2k": load_lastfm,
     "filmtrust": load_filmtrust,
     "amazon-video": load_amazon_video,
+    # LightGCN's train and test pooled, all timestamps 0: leave-one-out then takes a user's first
+    # listed items as "latest" (file order); for scale runs, not a published protocol
+    "gowalla": lambda data_dir=None: load_gowalla(data_dir)[0],
 }
 
 

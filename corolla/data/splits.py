@@ -44,6 +44,17 @@ def filter_interactions(inter: Interactions, threshold: float = 0.0, min_user: i
                         inter.user_ids[users], inter.item_ids[items])
 
 
+def first_users(inter: Interactions, n: int) -> Interactions:
+    """Keep the first ``n`` users (dense index order, i.e. raw-id order) and re-index the items
+    they touch densely (``max-users``; 0 or ``n`` >= the users: unchanged)."""
+    if n <= 0 or n >= inter.n_users:
+        return inter
+    keep = inter.user < n
+    items, i = np.unique(inter.item[keep], return_inverse=True)
+    return Interactions(inter.user[keep].astype(np.int64), i.astype(np.int64), inter.rating[keep], inter.ts[keep],
+                        inter.user_ids[:n], inter.item_ids[items])
+
+
 def split_loo(user: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """Leave-one-out labels by timestamp; ties broken by file order (earlier row = later)."""
     pos = np.arange(len(user))

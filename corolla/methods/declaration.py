@@ -38,6 +38,7 @@ class Method:
     heterogeneous: bool = False   # clients may train different models (``client-models``)
     requires: dict[str, Any] = field(default_factory=dict)  # core keys it trains with (checked by its harness)
     secure_sum: bool = False   # its aggregate is a (weighted) sum: secagg = "secaggplus" is supported
+    row_upload: bool = False   # one-user clients start each round from the global item table: item-upload = rows is lossless
 
     @property
     def label(self) -> str:

@@ -10,7 +10,7 @@ METHODS = [
            "unweighted mean of the shared parameters", secure_sum=True),
     Method("fcf", "one-user", ("mf", "ncf"), "strategies.fedavg:FCF", "client_app.pmf:OneUserClient",
            "unweighted mean of the one-user clients' item tables", "FedCA Table 1 FCF row",
-           client_options={"start_from": "global"}),
+           client_options={"start_from": "global"}, row_upload=True),
     Method("fcf", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient", "SimpleAvg: unweighted mean of each user and item row",
            "Dist-FedAvg Table 3 SimpleAvg row", key_owners=("distfedavg",), strategy_options={"rule": "simpleavg"}),

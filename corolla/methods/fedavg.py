@@ -23,7 +23,7 @@ METHODS = [
            strategy_options={"personalized": False, "uses_stats": False}),
     Method("fedavg", "one-user", ("mf", "ncf"), "strategies.fedavg:FedAvg", "client_app.pmf:OneUserClient",
            "FedMF on one-user clients: each user trains from the global item table", "FedCA Table 1 FedAvg row",
-           client_options={"start_from": "global"}),
+           client_options={"start_from": "global"}, row_upload=True),
     Method("fedavg", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient", "example-weighted mean of each user and item row",
            "Dist-FedAvg Table 3 FedAvg row", key_owners=("distfedavg",), strategy_options={"rule": "fedavg"}),

@@ -17,6 +17,7 @@ ONE_USER_KEYS = {
     "lr-mlp": Key(0.01, "one-user harness: Adam learning rate of the NCF tower (lr_structure)"),
     "mlp-weight-decay": Key(0.0, "one-user harness: Adam weight decay of the NCF tower"),
     "early-break": Key(0.0, "one-user harness: stop a client's local epochs once the relative change of its cumulative mean loss is below this (FedCA code: 1e-4; 0 = off)"),
+    "item-upload": Key("full", "one-user harness: each client uploads its whole trained item table ('full', the papers' protocol) or only the rows its round trained, with their ids ('rows': every other row equals the global table it received, so the server rebuilds the same tables; the mean is the same up to float64 rounding; the client keeps no copy of the global table in its state). For methods whose clients start each round from the global table (FedAvg, FCF, PFedRec); what lets them reach tens of thousands of users", ("full", "rows")),
     "user-init": Key("per-client", "initial user vectors: seeded per client, or one shared vector for all (FedCA code: a deepcopy of the template model)", ("per-client", "shared")),
 }
 
@@ -35,6 +36,10 @@ def check_one_user(cfg, method):
         raise ConfigError("config key 'protocol': harness='one-user' evaluates with protocol='loo'")
     if cfg["client-models"]:
         raise ConfigError("config key 'client-models': not supported with harness='one-user'")
+    if cfg["item-upload"] == "rows" and not method.row_upload:
+        raise ConfigError(f"config key 'item-upload': 'rows' needs clients that start each round from the global item "
+                          f"table (fedavg, fcf, pfedrec on harness='one-user'); method '{method.name}' keeps its own "
+                          f"table, so use item-upload='full'")
     want = {"loss": "bce", "optimizer-state": "fresh", "weight-decay": 0.0, "optimizer": "adam",
             "train-samples": "per-positive", **method.requires}
     for key, value in want.items():

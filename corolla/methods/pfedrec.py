@@ -14,5 +14,5 @@ METHODS = [
     Method("pfedrec", "one-user", ("pfedrec",), "strategies.pfedrec:PFedRec", "client_app.pfedrec:PFedRecClient",
            "item table + personal score function; the unweighted mean of the item tables",
            "UFGraphFR Table 2 PFedRec row",
-           requires={"optimizer": "sgd"}, keys=KEYS),
+           requires={"optimizer": "sgd"}, keys=KEYS, row_upload=True),
 ]

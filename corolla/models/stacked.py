@@ -147,7 +147,7 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
 
 
 def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.ndarray]],
-                perms: list[list[np.ndarray]], trainer, device, chunk: int = 64
+                perms: list[list[np.ndarray]], trainer, device, chunk: int = 64, dense: bool = True
                 ) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
     """``trainer(params, samples, perms)`` (:func:`train_stacked` or :func:`train_pfedrec_stacked`
     with their hyper-parameters bound) over the clients' states (numpy), compacted and in chunks.
@@ -156,7 +156,9 @@ def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.
     plain SGD) and no weight decay on the item table, a row that gets no gradient in the round
     keeps m = v = 0 and does not move, so leaving it out is exact. Clients are sorted by the number of rows they
     touch and trained in chunks of ``chunk``, so that light users are not padded to heavy ones.
-    Returns the new states (same keys) and the final cumulative loss per client.
+    Returns the new states (same keys) and the final cumulative loss per client. With
+    ``dense=False`` a new state's ``item.weight`` holds only the trained rows, their ids in
+    ``item.ids`` (sorted): every other row equals the start table (``item-upload = rows``).
     """
     names = list(states[0])
     uni = [np.unique(s["item"]) for s in samples]
@@ -177,9 +179,13 @@ def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.
         params = stack(sub_states, names, device)
         params, loss = trainer(params, sub_samples, [perms[b] for b in part])
         for b, st, lb in zip(part, unstack(params), loss):
-            table = np.array(states[b]["item.weight"], np.float32, copy=True)
-            table[uni[b]] = st["item.weight"][:len(uni[b])]
-            st["item.weight"] = table
+            if dense:
+                table = np.array(states[b]["item.weight"], np.float32, copy=True)
+                table[uni[b]] = st["item.weight"][:len(uni[b])]
+                st["item.weight"] = table
+            else:
+                st["item.weight"] = np.ascontiguousarray(st["item.weight"][:len(uni[b])])
+                st["item.ids"] = uni[b].astype(np.int64)
             new[b] = st
             losses[b] = lb
     return new, losses  # type: ignore[return-value]
