@@ -4,8 +4,10 @@ counts and their validation. The message layout itself is ``corolla.messages``.
 **Packing.** Flower 1.39 moves every array of a message as an object of its own (one RPC per
 object at every hop), so a node's reply with one record per logical client costs thousands of
 RPCs. The arrays of a node's logical clients are therefore stacked: clients whose arrays have the
-same keys, shapes and dtypes form groups ``g`` of at most 8 MB, whose ``g<g>/<key>`` holds their
-arrays along a new first axis (in client-id order) and ``g<g>/cids`` their ids. The server unpacks them into the
+same keys, dtypes and shapes (but for the first dimension) form groups ``g`` of at most 8 MB, whose
+``g<g>/<key>`` holds their arrays along a new first axis (in client-id order), or, where the first
+dimensions differ (the rows each client trained), concatenated along it with the lengths in
+``g<g>/<key>#len``, and ``g<g>/cids`` their ids. The server unpacks them into the
 same per-client payloads before validation: what crosses the network is each client's payload,
 nothing summed or mixed.
 
@@ -32,26 +34,40 @@ def pack(per_client: dict[int, dict[str, np.ndarray]], max_bytes: int = PACK_MAX
     """Stack the arrays of several logical clients (see *Packing* above); clients without arrays
     are left out. A group's stack holds at most ``max_bytes`` (at least one client): small
     payloads are merged, large ones (FedCIA's M × M matrices) stay one client per stack, which
-    Flower moves and frees as it goes instead of as one huge array."""
+    Flower moves and frees as it goes instead of as one huge array. Arrays whose first dimension
+    differs between clients (rows a client trained) are concatenated along it instead, with
+    their lengths in ``g<g>/<key>#len``."""
     groups: dict[tuple, list[int]] = {}
     for cid in sorted(per_client):
         arrays = per_client[cid]
         if arrays:
-            sig = tuple((k, tuple(a.shape), np.asarray(a).dtype.str) for k, a in sorted(arrays.items()))
+            sig = tuple((k, tuple(np.shape(a)[1:]) if np.ndim(a) else None, np.asarray(a).dtype.str)
+                        for k, a in sorted(arrays.items()))
             groups.setdefault(sig, []).append(int(cid))
     out: dict[str, np.ndarray] = {}
     g = 0
     for sig, cids in groups.items():
-        size = sum(int(np.prod(shape)) * np.dtype(dt).itemsize for _, shape, dt in sig)
-        per = max(1, max_bytes // max(size, 1))
-        for a in range(0, len(cids), per):
-            part = cids[a:a + per]
+        for k, _, _ in sig:
+            if "/" in k or "#" in k:
+                raise ValueError(f"array name {k!r}: '/' and '#' are reserved by the packing")
+        sizes = [sum(np.asarray(per_client[c][k]).nbytes for k, _, _ in sig) for c in cids]
+        a = 0
+        while a < len(cids):
+            b, total = a + 1, sizes[a]
+            while b < len(cids) and total + sizes[b] <= max_bytes:
+                total += sizes[b]
+                b += 1
+            part = cids[a:b]
             out[f"g{g}/cids"] = np.asarray(part, np.int64)
             for k, _, _ in sig:
-                if "/" in k:
-                    raise ValueError(f"array name {k!r}: '/' is reserved by the packing")
-                out[f"g{g}/{k}"] = np.stack([np.asarray(per_client[c][k]) for c in part])
+                arrs = [np.asarray(per_client[c][k]) for c in part]
+                if all(x.shape == arrs[0].shape for x in arrs):
+                    out[f"g{g}/{k}"] = np.stack(arrs)
+                else:
+                    out[f"g{g}/{k}"] = np.concatenate(arrs)
+                    out[f"g{g}/{k}#len"] = np.asarray([len(x) for x in arrs], np.int64)
             g += 1
+            a = b
     return out
 
 
@@ -68,14 +84,24 @@ def unpack(arrays: dict[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
         cids = d.pop("cids", None)
         if cids is None or not isinstance(cids, np.ndarray) or cids.ndim != 1 or cids.dtype.kind not in "iu":
             raise PayloadError(f"packed record: group {g!r} has no integer client ids")
+        lens = {k[:-4]: d.pop(k) for k in [k for k in d if k.endswith("#len")]}
+        split: dict[str, list[np.ndarray]] = {}
+        for k, n in lens.items():
+            v = d.get(k)
+            if (not isinstance(n, np.ndarray) or n.ndim != 1 or n.dtype.kind not in "iu" or len(n) != len(cids)
+                    or (n < 0).any() or not isinstance(v, np.ndarray) or v.ndim < 1 or int(n.sum()) != len(v)):
+                raise PayloadError(f"packed record: '{g}/{k}#len' does not split '{g}/{k}' into {len(cids)} arrays")
+            split[k] = np.split(v, np.cumsum(n)[:-1])
         for k, v in d.items():
+            if k in split:
+                continue
             if not isinstance(v, np.ndarray) or v.ndim < 1 or len(v) != len(cids):
                 raise PayloadError(f"packed record: '{g}/{k}' holds {len(v) if getattr(v, 'ndim', 0) else 0} "
                                    f"arrays for {len(cids)} clients")
         for j, c in enumerate(cids.tolist()):
             if int(c) in out:
                 raise PayloadError(f"packed record: client {int(c)} appears twice")
-            out[int(c)] = {k: v[j] for k, v in d.items()}   # views: nothing is copied
+            out[int(c)] = {k: (split[k][j] if k in split else v[j]) for k, v in d.items()}   # views: nothing is copied
     return out
 
 

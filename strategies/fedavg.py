@@ -76,13 +76,17 @@ class FedAvg(CorollaStrategy):
         w = [float(results[c].metrics["num-examples"]) if self.weighted else 1.0 for c in cids]
         if sum(w) <= 0:
             w = [1.0] * len(cids)
-        dense = [k for k in self.global_params if k not in self.row_tables]
-        new = weighted_mean([{k: results[c].payload[k] for k in dense} for c in cids], w) if dense else {}
-        for k in self.row_tables:
-            rk, vk = row_keys(k)
-            new[k] = weighted_mean_rows(self.global_params[k],
-                                        [(results[c].payload[rk], results[c].payload[vk]) for c in cids], w)
-        self.global_params = {k: new[k] for k in self.global_params}
+        if not self.row_tables:
+            self.global_params = weighted_mean([results[c].payload for c in cids], w)
+        else:
+            rows = {k for t in self.row_tables for k in row_keys(t)}
+            dense = [k for k in results[cids[0]].payload if k not in rows]
+            new = weighted_mean([{k: results[c].payload[k] for k in dense} for c in cids], w) if dense else {}
+            for k in self.row_tables:
+                rk, vk = row_keys(k)
+                new[k] = weighted_mean_rows(self.global_params[k],
+                                            [(results[c].payload[rk], results[c].payload[vk]) for c in cids], w)
+            self.global_params = {k: new[k] for k in self.global_params}
         losses = [results[c].metrics.get("train-loss", float("nan")) for c in cids]
         return {"train-loss": float(np.nanmean(losses)) if np.isfinite(losses).any() else float("nan"),
                 "clients": len(cids)}

@@ -79,3 +79,20 @@ def test_rows_upload_gives_the_full_protocols_run(tmp_path, data_dir, preset):
     states = list((tmp_path / "rows" / "state").rglob("c*.r*.npz"))
     assert states and all("item.weight" not in np.load(p).files for p in states)
     assert all("item.weight" in np.load(p).files for p in (tmp_path / "full" / "state").rglob("c*.r*.npz"))
+
+
+def test_ragged_packing_round_trip_and_malformed_lengths():
+    from corolla.protocol import pack, unpack
+
+    g = np.random.default_rng(1)
+    pc = {c: {"r": np.arange(c % 5, dtype=np.int32), "v": g.normal(size=(c % 5, 3)).astype(np.float32),
+              "b": np.ones(1, np.float32)} for c in range(30)}
+    packed = pack(pc)
+    assert len(packed) == 6   # one group: ids, two concatenated arrays with their lengths, the stacked bias
+    back = unpack(packed)
+    assert sorted(back) == list(range(30))
+    assert all(np.array_equal(back[c][k], pc[c][k]) for c in pc for k in pc[c])
+    bad = dict(packed)
+    bad["g0/r#len"] = bad["g0/r#len"] + 1
+    with pytest.raises(PayloadError, match="does not split"):
+        unpack(bad)

@@ -1,0 +1,280 @@
+"""Scale: logical clients and SuperNodes (issue 27, item 4).
+
+Two sweeps, each run through ``corolla run --mode local`` (a real SuperLink and ``corolla
+supernode`` processes on loopback), one run after the other:
+
+* ``clients`` — per-user methods on the one-user harness with a growing number of users: the
+  ML-100K preset as it is (943 users) and Gowalla (LightGCN's files pooled, leave-one-out by
+  file order, ``max-users`` N of its 29,857 users with >= 10 interactions), a few rounds, through
+  2 and 4 SuperNodes. Per run: the median round's wall time, bytes up and down per round, the
+  ServerApp's peak RSS (``summary.json``), each SuperNode's peak memory (its process group: the
+  SuperNode and the ClientApp processes it forks, sampled from /proc every 0.5 s; the largest
+  single process and the group's sum, which counts pages shared by forks more than once), and the
+  clients' state on disk.
+* ``nodes`` — the README's main job (``fedavg-mf-ml100k``, a few rounds) through 1, 2, 4, ...
+  SuperNodes: the median round, the SuperLink process's CPU time and peak RSS over the run.
+
+Every row records the machine's load (1-minute load average before the run and its mean during
+the run, from /proc/loadavg; the machine has ``os.cpu_count()`` cores). Prints Markdown tables;
+``--json`` keeps the rows (docs/results/scale-*.json); ``--plot`` draws them.
+
+    python benchmarks/scale.py clients --data-dir ../shared/datasets --json docs/results/scale-clients.json
+    python benchmarks/scale.py nodes --data-dir ../shared/datasets --nodes 1 2 4 8 16 32 \\
+        --json docs/results/scale-nodes.json
+    python benchmarks/scale.py plot --json docs/results/scale-clients.json docs/results/scale-nodes.json \\
+        --out docs/results/scale.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICK = os.sysconf("SC_CLK_TCK")
+
+# (label, preset, extra --set values); the users of a Gowalla run come from max-users
+CLIENT_RUNS = {
+    "fedavg-pmf": "fedavg-pmf-ml100k",
+    "pfedrec": "pfedrec-ml100k",
+}
+
+
+def loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def proc_table() -> dict[int, tuple[int, int, float]]:
+    """pid -> (process group, resident bytes, CPU seconds) of every live process."""
+    out = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if f[0] == "Z":
+            continue
+        out[int(d.name)] = (int(f[2]), int(f[21]) * PAGE, (int(f[11]) + int(f[12])) / TICK)
+    return out
+
+
+class Sampler(threading.Thread):
+    """Peak memory per SuperNode process group and the SuperLink's CPU and memory, from /proc,
+    once ``logs/pids.json`` (written by ``corolla run``) names the processes."""
+
+    def __init__(self, out: Path, every: float = 0.5):
+        super().__init__(daemon=True)
+        self.out, self.every = out, every
+        self.stop = threading.Event()
+        self.node_sum: dict[int, int] = {}
+        self.node_max: dict[int, int] = {}
+        self.link_rss = 0
+        self.link_cpu = 0.0
+        self.loads: list[float] = []
+
+    def run(self) -> None:
+        pids = None
+        while not self.stop.is_set():
+            self.loads.append(loadavg())
+            if pids is None and (self.out / "logs" / "pids.json").is_file():
+                try:
+                    pids = json.loads((self.out / "logs" / "pids.json").read_text())
+                except ValueError:
+                    pids = None
+            if pids is not None:
+                table = proc_table()
+                for i, g in enumerate(pids["supernodes"]):
+                    mem = [rss for grp, rss, _ in table.values() if grp == g]
+                    self.node_sum[i] = max(self.node_sum.get(i, 0), sum(mem))
+                    self.node_max[i] = max(self.node_max.get(i, 0), max(mem, default=0))
+                link = table.get(pids["superlink"])
+                if link is not None:
+                    self.link_rss = max(self.link_rss, link[1])
+                    self.link_cpu = link[2]
+            self.stop.wait(self.every)
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def run(preset: str, sets: list[str], nodes: int, out: Path, data_dir: str, rounds: int) -> dict:
+    cmd = [sys.executable, "-m", "launcher.cli", "run", "--preset", preset, "--data-dir", data_dir,
+           "--out", str(out), "--quiet", "--mode", "local", "--nodes", str(nodes),
+           "--set", f"num-rounds={rounds}", "--set", "phase-timeout=7200"]
+    for s in sets:
+        cmd += ["--set", s]
+    load0 = loadavg()
+    sampler = Sampler(out)
+    sampler.start()
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COROLLA_OFFLINE="1"))
+    wall = time.monotonic() - t0
+    sampler.stop.set()
+    sampler.join()
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    summary = json.loads((out / "summary.json").read_text())
+    rows = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    walls = [r["wall_s"] for r in rows]
+    up = [sum(ph["bytes_up"] for ph in r["phases"]) for r in rows]
+    down = [sum(ph["bytes_down"] for ph in r["phases"]) for r in rows]
+    return {
+        "preset": preset, "sets": sets, "nodes": nodes, "rounds": len(rows),
+        "users": summary.get("data", {}).get("users") or summary.get("data_stats", {}).get("users"),
+        "command_s": round(wall, 1), "round_s": [round(w, 2) for w in walls],
+        "median_round_s": round(statistics.median(walls[1:] or walls), 2),
+        "bytes_up_per_round": int(statistics.median(up)), "bytes_down_per_round": int(statistics.median(down)),
+        "server_peak_rss_mb": summary.get("server_peak_rss_mb"),
+        "node_peak_mb_max_process": [round(v / 2**20) for _, v in sorted(sampler.node_max.items())],
+        "node_peak_mb_group_sum": [round(v / 2**20) for _, v in sorted(sampler.node_sum.items())],
+        "superlink_cpu_s": round(sampler.link_cpu, 2), "superlink_peak_rss_mb": round(sampler.link_rss / 2**20),
+        "state_on_disk_mb": round(du(out / "node-state") / 2**20, 1),
+        "metrics": summary["metrics"], "loadavg_before": load0,
+        "loadavg_during": round(statistics.mean(sampler.loads), 2) if sampler.loads else None,
+        "cores": os.cpu_count(),
+    }
+
+
+def users_of(out: Path) -> int | None:
+    for line in (out / "rounds.jsonl").read_text().splitlines()[:1]:
+        r = json.loads(line)
+        return r.get("train", {}).get("clients")
+    return None
+
+
+def cmd_clients(a) -> list[dict]:
+    rows = []
+    for label in a.methods:
+        preset = CLIENT_RUNS[label]
+        for users in a.users:
+            for nodes in a.nodes:
+                for upload in a.upload:
+                    if upload == "full" and users > a.full_max:
+                        continue
+                    sets = [f"item-upload={upload}"]
+                    if users != 943:
+                        sets += ["dataset=gowalla", f"max-users={users}"]
+                    out = Path(a.out) / f"{label}-{users}-{nodes}n-{upload}"
+                    row = run(preset, sets, nodes, out, a.data_dir, a.rounds)
+                    row.update(method=label, users=users, upload=upload,
+                               dataset="ml-100k" if users == 943 else "gowalla",
+                               clients_per_round=users_of(out))
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    return rows
+
+
+def cmd_nodes(a) -> list[dict]:
+    rows = []
+    for nodes in a.nodes:
+        out = Path(a.out) / f"main-{nodes}n"
+        row = run("fedavg-mf-ml100k", [], nodes, out, a.data_dir, a.rounds)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def table_clients(rows: list[dict]) -> str:
+    lines = ["| method | users | upload | nodes | median round s | up MB/round | down MB/round | ServerApp peak MB | "
+             "node peak MB (largest process / group) | state on disk MB | HR@10 | load before / during |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['users']:,} | {r['upload']} | {r['nodes']} | {r['median_round_s']:.1f} | "
+                     f"{r['bytes_up_per_round'] / 1e6:,.1f} | {r['bytes_down_per_round'] / 1e6:,.1f} | "
+                     f"{r['server_peak_rss_mb']:,.0f} | {max(r['node_peak_mb_max_process']):,} / "
+                     f"{max(r['node_peak_mb_group_sum']):,} | {r['state_on_disk_mb']:,.1f} | "
+                     f"{r['metrics'].get('hr@10', float('nan')):.4f} | {r['loadavg_before']:.2f} / {r['loadavg_during']:.2f} |")
+    return "\n".join(lines)
+
+
+def table_nodes(rows: list[dict]) -> str:
+    lines = ["| SuperNodes | median round s | command s | SuperLink CPU s | SuperLink peak MB | node peak MB "
+             "(largest process) | NDCG@10 | load before / during |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['nodes']} | {r['median_round_s']:.2f} | {r['command_s']:.0f} | {r['superlink_cpu_s']:.1f} | "
+                     f"{r['superlink_peak_rss_mb']} | {max(r['node_peak_mb_max_process'])} | "
+                     f"{r['metrics'].get('ndcg@10', float('nan')):.4f} | {r['loadavg_before']:.2f} / "
+                     f"{r['loadavg_during']:.2f} |")
+    return "\n".join(lines)
+
+
+def plot(paths: list[str], out: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for p in paths for r in json.loads(Path(p).read_text())]
+    cl = [r for r in rows if "method" in r]
+    nd = [r for r in rows if "method" not in r]
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    for (m, up, n) in sorted({(r["method"], r["upload"], r["nodes"]) for r in cl}):
+        pts = sorted((r["users"], r) for r in cl if (r["method"], r["upload"], r["nodes"]) == (m, up, n))
+        if not pts:
+            continue
+        xs = [u for u, _ in pts]
+        style = "-o" if up == "rows" else "--x"
+        ax[0].plot(xs, [r["median_round_s"] for _, r in pts], style, label=f"{m} {up} {n} nodes")
+        ax[1].plot(xs, [max(r["node_peak_mb_max_process"]) for _, r in pts], style, label=f"{m} {up} {n} nodes")
+    for a_, t in zip(ax[:2], ("median round (s)", "largest node process peak RSS (MB)")):
+        a_.set_xscale("log")
+        a_.set_yscale("log")
+        a_.set_xlabel("users = logical clients")
+        a_.set_title(t)
+        a_.legend(fontsize=7)
+    if nd:
+        nd = sorted(nd, key=lambda r: r["nodes"])
+        ax[2].plot([r["nodes"] for r in nd], [r["median_round_s"] for r in nd], "-o", label="median round (s)")
+        ax[2].plot([r["nodes"] for r in nd], [r["superlink_cpu_s"] for r in nd], "-s", label="SuperLink CPU over the run (s)")
+        ax[2].set_xscale("log", base=2)
+        ax[2].set_xlabel("SuperNodes (main job)")
+        ax[2].set_title("node count")
+        ax[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("clients")
+    c.add_argument("--data-dir", required=True)
+    c.add_argument("--methods", nargs="+", default=list(CLIENT_RUNS), choices=list(CLIENT_RUNS))
+    c.add_argument("--users", type=int, nargs="+", default=[943, 1000, 5000, 29857],
+                   help="943 = the ML-100K preset; any other N = the first N Gowalla users")
+    c.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
+    c.add_argument("--upload", nargs="+", default=["full", "rows"], choices=("full", "rows"))
+    c.add_argument("--full-max", type=int, default=1000, help="item-upload=full only up to this many users")
+    c.add_argument("--rounds", type=int, default=2)
+    c.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "scale"))
+    c.add_argument("--json")
+    n = sub.add_parser("nodes")
+    n.add_argument("--data-dir", required=True)
+    n.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    n.add_argument("--rounds", type=int, default=5)
+    n.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "scale"))
+    n.add_argument("--json")
+    p = sub.add_parser("plot")
+    p.add_argument("--json", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    a = ap.parse_args()
+    if a.cmd == "plot":
+        plot(a.json, a.out)
+        return
+    rows = cmd_clients(a) if a.cmd == "clients" else cmd_nodes(a)
+    print(table_clients(rows) if a.cmd == "clients" else table_nodes(rows))
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
