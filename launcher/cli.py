@@ -308,6 +308,14 @@ def run_command(args: argparse.Namespace) -> int:
               f"../shared/datasets: ml-100k/u.data, ...; leave it out to download from the official URLs)",
               file=sys.stderr)
         return 2
+    for flag, value in (("--ray-address", args.ray_address), ("--sim-client-cpus", args.sim_client_cpus)):
+        if value is not None and args.mode != "sim":
+            print(f"error: {flag}: only with --mode sim (Flower's simulation runtime runs on Ray)", file=sys.stderr)
+            return 2
+    if args.sim_client_cpus is not None and args.sim_client_cpus < 1:
+        print(f"error: --sim-client-cpus {args.sim_client_cpus}: expected at least 1 CPU per ClientApp actor",
+              file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     data_dir = str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else os.environ.get("COROLLA_DATA", "")
     # the fully resolved config travels as overrides, so the ServerApp resolves exactly this config
@@ -331,6 +339,8 @@ def run_command(args: argparse.Namespace) -> int:
         return _run_inproc(out, run_cfg, node_configs, data_dir, args.quiet)
     cluster = Cluster(out, args.mode, nodes, data_dir or None, node_configs, args.idle_poll, args.reply_poll,
                       args.clientapp_start)
+    if args.ray_address:   # Flower's simulation calls ray.init(), which joins the cluster RAY_ADDRESS names
+        cluster.env["RAY_ADDRESS"] = args.ray_address
     progress = out / "rounds.log"   # one line per round (the per-phase detail is in progress.log)
     pos = progress.stat().st_size if progress.exists() else 0
     show = not args.quiet
@@ -341,7 +351,10 @@ def run_command(args: argparse.Namespace) -> int:
         write_run_config(rc_file, run_cfg)
         cmd = [flower_bin("flwr"), "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)]
         if args.mode == "sim":
-            cmd += ["--federation-config", f"num-supernodes={nodes}"]
+            fed = f"num-supernodes={nodes}"
+            if args.sim_client_cpus:
+                fed += f" client-resources-num-cpus={args.sim_client_cpus}"
+            cmd += ["--federation-config", fed]
         with open(cluster.logs / "flwr-run.log", "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=str(APP_DIR),
                                     start_new_session=True)
@@ -611,6 +624,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--clientapp-start", choices=("fork", "exec"), default="fork",
                    help="local mode: fork each ClientApp from a process that has imported Flower and torch "
                         "(default) or start a fresh interpreter per message (Flower's way)")
+    r.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="sim mode: run the simulation on this running Ray cluster (its head's GCS address, "
+                        "as `ray start --head` prints) instead of a Ray instance on this machine")
+    r.add_argument("--sim-client-cpus", type=int, metavar="N",
+                   help="sim mode: CPUs Ray reserves per ClientApp actor (Flower's default: 2); a cluster "
+                        "runs as many actors at once as its CPUs allow")
     r.add_argument("--out")
     r.add_argument("--resume", metavar="RUN_DIR")
     r.add_argument("--export-topk", type=int, metavar="K")

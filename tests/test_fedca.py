@@ -234,3 +234,21 @@ def test_one_user_harness_rejects_what_it_does_not_do(override, key):
 
     with pytest.raises(ConfigError, match=f"'{key}'"):
         resolve("fedca-pmf-ml100k", override, None)
+
+
+def test_fedca_blocks_cover_the_subset_once_and_block_ge_subset_is_exact(tmp_path, data_dir):
+    from corolla.config import resolve
+    from strategies.fedca import FedCA
+
+    s = FedCA(resolve("fedca-pmf-ml100k", {"fedca-block": 7}))
+    subset = list(range(3, 103))
+    blocks = s.blocks(5, subset)
+    assert sorted(c for b in blocks for c in b) == subset and len(blocks) == 15
+    assert all(6 <= len(b) <= 7 for b in blocks) and blocks == s.blocks(5, subset) != s.blocks(6, subset)
+    assert FedCA(resolve("fedca-pmf-ml100k")).blocks(5, subset) == [subset]
+    a, _ = _run(tmp_path, "exact", data_dir, 2, "num-rounds=2")
+    b, _ = _run(tmp_path, "one-block", data_dir, 2, "num-rounds=2 fedca-block=64")
+    assert a["metrics"] == b["metrics"]
+    c, rc = _run(tmp_path, "blocks", data_dir, 2, "num-rounds=2 fedca-block=3")
+    assert rc[0]["train"]["blocks"] == 2 and rc[0]["train"]["aggregated"] == 5   # 5 drawn: blocks of 3 and 2
+    assert c["status"] == "completed"

@@ -16,6 +16,7 @@ KEYS = {
     "fedca-matching": Key("greedy", "FedCA principal angles: the code's greedy signed matching or the paper's l-th to l-th ('ordered')", ("greedy", "ordered")),
     "fedca-weights": Key("code", "FedCA weight QP: the code's coefficients (min xᵀx − 2(p + αc + βσ)ᵀx) or the paper's Eq. 4 ('paper')", ("code", "paper")),
     "fedca-qp": Key("closed-form", "FedCA weight QP solver: Euclidean projection onto the simplex or cvxpy", ("closed-form", "cvxpy")),
+    "fedca-block": Key(0, "FedCA: 0 = the paper's aggregation over all drawn clients (|S|² similarities, one |S|-dimensional QP per client); B > 0 = the drawn clients in seeded random blocks of at most B, each aggregated on its own (server cost |S|·B·M·d instead of |S|²·M·d; a scale option, measured against the exact result in docs/results.md)"),
     "fedca-upload": Key("all", "FedCA: every client uploads its table ('all', as the code) or only the clients drawn for aggregation ('subset': same result, 10% of the bytes)", ("all", "subset")),
 }
 
@@ -25,6 +26,8 @@ def check(cfg):
         raise ConfigError(f"config key 'agg-fraction': expected in (0, 1], got {cfg['agg-fraction']}")
     if not 0.0 <= cfg["fedca-rho"] <= 1.0:
         raise ConfigError(f"config key 'fedca-rho': expected in [0, 1], got {cfg['fedca-rho']}")
+    if cfg["fedca-block"] < 0 or cfg["fedca-block"] == 1:
+        raise ConfigError(f"config key 'fedca-block': expected 0 (exact) or a block size >= 2, got {cfg['fedca-block']}")
     if cfg["fedca-k"] > cfg["dim"]:
         raise ConfigError(f"config key 'fedca-k': expected <= dim={cfg['dim']}, got {cfg['fedca-k']}")
 
