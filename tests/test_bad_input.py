@@ -89,6 +89,14 @@ ROWS = [
      ["no node could host a logical client", "ml100k_100clients.tsv", "not found", "Get it from https://",
       "--data-dir"], 2),
     ("supernode poll", lambda t: ["supernode", "--idle-poll", "abc"], ["--idle-poll", "seconds", "'abc'"], 2),
+    ("--ray-address outside sim", lambda t: ["run", "--preset", "fedavg-mf-ml100k", "--ray-address", "10.0.0.1:6379"],
+     ["--ray-address", "only with --mode sim"], 2),
+    ("--sim-client-cpus 0", lambda t: ["run", "--preset", "fedavg-mf-ml100k", "--mode", "sim", "--sim-client-cpus", "0"],
+     ["--sim-client-cpus 0", "at least 1"], 2),
+    ("max-users < 0", lambda t: ["run", "--preset", "pfedrec-ml100k", "--set", "max-users=-5"],
+     ["max-users", "positive count", "-5"], 2),
+    ("item-upload=rows for FedCA", lambda t: ["run", "--preset", "fedca-pmf-ml100k", "--set", "item-upload=rows"],
+     ["item-upload", "method 'fedca'", "item-upload='full'"], 2),
 ]
 
 

@@ -290,3 +290,22 @@ def test_flower_commands_come_from_the_interpreters_bin_before_path(tmp_path, mo
     assert _path_with_interpreter(os.environ["PATH"]).split(os.pathsep) == [str(Path(sys.executable).parent), str(other)]
     with pytest.raises(FileNotFoundError, match="no-such-flower-command"):
         flower_bin("no-such-flower-command")
+
+
+def test_sim_on_a_ray_cluster_in_two_namespaces(tmp_path, data_dir):
+    """Flower's simulation runtime on a Ray head and a Ray worker in two network namespaces
+    (``benchmarks/ray_cluster.py``, the commands of docs/deployment.md's Ray section): ClientApp
+    actors run in both, and every round's metrics equal a one-machine simulation's."""
+    why = _can_netns()
+    if why:
+        pytest.skip(why)
+    out = tmp_path / "ray.json"
+    p = subprocess.run([sys.executable, "benchmarks/ray_cluster.py", "--data-dir", data_dir, "--rounds", "2",
+                        "--out", str(tmp_path / "runs"), "--json", str(out)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=1200, env=_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["cluster"]["actors_per_netns"].get("raywork", 0) >= 1
+    assert r["cluster"]["actors_per_netns"].get("rayhead", 0) >= 1
+    assert r["round_metrics_equal"] and r["metrics_equal"] and r["cluster"]["metrics"]["ndcg@10"] > 0
+    assert "--ray-address 10.77.0.1:6379" in r["cluster"]["command"]
