@@ -21,14 +21,22 @@ the run, from /proc/loadavg; the machine has ``os.cpu_count()`` cores). Prints M
     python benchmarks/scale.py clients --data-dir ../shared/datasets --json docs/results/scale-clients.json
     python benchmarks/scale.py nodes --data-dir ../shared/datasets --nodes 1 2 4 8 16 32 \\
         --json docs/results/scale-nodes.json
+    python benchmarks/scale.py compose --data-dir ../shared/datasets --nodes 16 --json docs/results/scale-compose.json
+    python benchmarks/scale.py fedca --data-dir ../shared/datasets --json docs/results/scale-fedca.json
     python benchmarks/scale.py plot --json docs/results/scale-clients.json docs/results/scale-nodes.json \\
         --out docs/results/scale.png
+
+``fedca`` — FedCA PMF (only the drawn clients upload) on 943 ML-100K users and 1,000 / 5,000
+Gowalla users, exact and with ``fedca-block`` = 64: the server's aggregation seconds per round
+and the metrics against the exact run (its personalised tables make every client's state a full
+M × d table: 29,857 Gowalla users would need 29,857 × 40,981 × 16 × 4 B = 78 GB of client state).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -124,6 +132,8 @@ def run(preset: str, sets: list[str], nodes: int, out: Path, data_dir: str, roun
     summary = json.loads((out / "summary.json").read_text())
     rows = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
     walls = [r["wall_s"] for r in rows]
+    state_mb = round(du(out / "node-state") / 2**20, 1)
+    shutil.rmtree(out / "node-state", ignore_errors=True)   # FedCA's per-client tables: gigabytes
     up = [sum(ph["bytes_up"] for ph in r["phases"]) for r in rows]
     down = [sum(ph["bytes_down"] for ph in r["phases"]) for r in rows]
     return {
@@ -136,7 +146,7 @@ def run(preset: str, sets: list[str], nodes: int, out: Path, data_dir: str, roun
         "node_peak_mb_max_process": [round(v / 2**20) for _, v in sorted(sampler.node_max.items())],
         "node_peak_mb_group_sum": [round(v / 2**20) for _, v in sorted(sampler.node_sum.items())],
         "superlink_cpu_s": round(sampler.link_cpu, 2), "superlink_peak_rss_mb": round(sampler.link_rss / 2**20),
-        "state_on_disk_mb": round(du(out / "node-state") / 2**20, 1),
+        "state_on_disk_mb": state_mb,
         "metrics": summary["metrics"], "loadavg_before": load0,
         "loadavg_during": round(statistics.mean(sampler.loads), 2) if sampler.loads else None,
         "cores": os.cpu_count(),
@@ -195,6 +205,85 @@ def table_clients(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def cmd_compose(a) -> list[dict]:
+    """``docker compose up --scale supernode=N`` of the main job (compose.yaml as it is; the image
+    built beforehand, e.g. docker/build-offline.sh): round times from the run's ``rounds.jsonl``,
+    containers' memory and the SuperLink container's CPU from ``docker stats`` every 2 s."""
+    compose = ["docker", "compose"] if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0 \
+        else ["docker-compose"]
+    rows = []
+    for nodes in a.nodes:
+        name = f"scale-compose-{nodes}"
+        runs = Path(a.runs).resolve()
+        runs.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, COROLLA_DATA=str(Path(a.data_dir).resolve()), COROLLA_PRESET="fedavg-mf-ml100k",
+                   COROLLA_ROUNDS=str(a.rounds), COROLLA_NODES=str(nodes), COROLLA_RUN_NAME=name,
+                   COROLLA_RUNS=str(runs), COROLLA_OFFLINE="1")
+        base = compose + ["-p", "corscale", "-f", str(ROOT / "compose.yaml")]
+        subprocess.run(base + ["down", "-v"], cwd=ROOT, env=env, capture_output=True)
+        stop = threading.Event()
+        peaks: dict[str, float] = {}
+        link_cpu: list[float] = []
+        loads: list[float] = []
+
+        def stats() -> None:
+            while not stop.is_set():
+                loads.append(loadavg())
+                p = subprocess.run(["docker", "stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}} {{.CPUPerc}}"],
+                                   capture_output=True, text=True)
+                for line in p.stdout.splitlines():
+                    parts = line.split()
+                    if len(parts) < 4 or not parts[0].startswith("corscale"):
+                        continue
+                    mem = parts[1]
+                    mb = float(mem[:-3]) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}.get(mem[-3:], 0)
+                    peaks[parts[0]] = max(peaks.get(parts[0], 0.0), mb)
+                    if "superlink" in parts[0]:
+                        link_cpu.append(float(parts[-1].rstrip("%")))
+                stop.wait(2)
+
+        th = threading.Thread(target=stats, daemon=True)
+        load0 = loadavg()
+        t0 = time.monotonic()
+        th.start()
+        p = subprocess.run(base + ["up", "--scale", f"supernode={nodes}", "--exit-code-from", "run"], cwd=ROOT,
+                           env=env, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        stop.set()
+        th.join()
+        subprocess.run(base + ["down", "-v"], cwd=ROOT, env=env, capture_output=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"compose with {nodes} SuperNodes failed:\n{p.stdout[-3000:]}")
+        out = runs / name
+        rr = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+        walls = [r["wall_s"] for r in rr]
+        nodes_mb = [v for k, v in peaks.items() if "supernode" in k]
+        row = {"compose": True, "nodes": nodes, "rounds": len(rr), "command_s": round(wall, 1),
+               "round_s": [round(w, 2) for w in walls], "median_round_s": round(statistics.median(walls[1:] or walls), 2),
+               "supernode_containers": len(nodes_mb), "node_peak_mb_max_process": [round(max(nodes_mb, default=0))],
+               "supernode_containers_peak_mb_sum": round(sum(nodes_mb)),
+               "superlink_peak_mb": round(max((v for k, v in peaks.items() if "superlink" in k), default=0)),
+               "superlink_cpu_percent_mean": round(statistics.mean(link_cpu), 1) if link_cpu else None,
+               "superlink_cpu_s": None, "superlink_peak_rss_mb": None,
+               "metrics": json.loads((out / "summary.json").read_text())["metrics"],
+               "loadavg_before": load0, "loadavg_during": round(statistics.mean(loads), 2) if loads else None,
+               "cores": os.cpu_count()}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def table_compose(rows: list[dict]) -> str:
+    lines = ["| SuperNode containers | median round s | command s | SuperLink container peak MB, mean CPU % | "
+             "largest SuperNode container MB (sum) | NDCG@10 | load before / during |", "|---:|---:|---:|---|---|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['supernode_containers']} | {r['median_round_s']:.2f} | {r['command_s']:.0f} | "
+                     f"{r['superlink_peak_mb']}, {r['superlink_cpu_percent_mean']} | "
+                     f"{r['node_peak_mb_max_process'][0]} ({r['supernode_containers_peak_mb_sum']}) | "
+                     f"{r['metrics'].get('ndcg@10', float('nan')):.4f} | {r['loadavg_before']:.2f} / {r['loadavg_during']:.2f} |")
+    return "\n".join(lines)
+
+
 def table_nodes(rows: list[dict]) -> str:
     lines = ["| SuperNodes | median round s | command s | SuperLink CPU s | SuperLink peak MB | node peak MB "
              "(largest process) | NDCG@10 | load before / during |",
@@ -208,38 +297,48 @@ def table_nodes(rows: list[dict]) -> str:
 
 
 def plot(paths: list[str], out: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from corolla.report.plots import scale
 
-    rows = [r for p in paths for r in json.loads(Path(p).read_text())]
-    cl = [r for r in rows if "method" in r]
-    nd = [r for r in rows if "method" not in r]
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
-    for (m, up, n) in sorted({(r["method"], r["upload"], r["nodes"]) for r in cl}):
-        pts = sorted((r["users"], r) for r in cl if (r["method"], r["upload"], r["nodes"]) == (m, up, n))
-        if not pts:
-            continue
-        xs = [u for u, _ in pts]
-        style = "-o" if up == "rows" else "--x"
-        ax[0].plot(xs, [r["median_round_s"] for _, r in pts], style, label=f"{m} {up} {n} nodes")
-        ax[1].plot(xs, [max(r["node_peak_mb_max_process"]) for _, r in pts], style, label=f"{m} {up} {n} nodes")
-    for a_, t in zip(ax[:2], ("median round (s)", "largest node process peak RSS (MB)")):
-        a_.set_xscale("log")
-        a_.set_yscale("log")
-        a_.set_xlabel("users = logical clients")
-        a_.set_title(t)
-        a_.legend(fontsize=7)
-    if nd:
-        nd = sorted(nd, key=lambda r: r["nodes"])
-        ax[2].plot([r["nodes"] for r in nd], [r["median_round_s"] for r in nd], "-o", label="median round (s)")
-        ax[2].plot([r["nodes"] for r in nd], [r["superlink_cpu_s"] for r in nd], "-s", label="SuperLink CPU over the run (s)")
-        ax[2].set_xscale("log", base=2)
-        ax[2].set_xlabel("SuperNodes (main job)")
-        ax[2].set_title("node count")
-        ax[2].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    rows = [r for p in paths for r in json.loads(Path(p).read_text())["rows"]]
+    scale([r for r in rows if "method" in r and "fedca-block" not in r], [r for r in rows if "method" not in r], Path(out))
+
+
+def cmd_fedca(a) -> list[dict]:
+    """FedCA PMF (``fedca-upload = subset``, the clients drawn for aggregation upload) on a
+    growing number of users, exact (``fedca-block = 0``) and in blocks: the server's aggregation
+    seconds and the metrics against the exact run's."""
+    rows = []
+    for users in a.users:
+        for block in a.blocks:
+            sets = ["fedca-upload=subset", f"fedca-block={block}", f"clients-per-message={a.clients_per_message}"]
+            if users != 943:
+                sets += ["dataset=gowalla", f"max-users={users}"]
+            out = Path(a.out) / f"fedca-{users}-b{block}"
+            row = run("fedca-pmf-ml100k", sets, a.nodes[0], out, a.data_dir, a.rounds)
+            rr = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+            row.update(method="fedca", users=users, upload="full", dataset="ml-100k" if users == 943 else "gowalla",
+                       **{"fedca-block": block}, aggregated=rr[0]["train"].get("aggregated"),
+                       blocks=rr[0]["train"].get("blocks"),
+                       server_aggregation_s=[round(r["train"].get("server-s", 0.0), 2) for r in rr])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def table_fedca(rows: list[dict]) -> str:
+    exact = {r["users"]: r for r in rows if r["fedca-block"] == 0}
+    lines = ["| users | drawn |S| | block | blocks | server aggregation s (per round) | median round s | "
+             "node peak MB | state on disk MB | HR@10 | NDCG@10 | ΔHR@10 vs exact | load before / during |",
+             "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        e = exact.get(r["users"])
+        d = f"{r['metrics']['hr@10'] - e['metrics']['hr@10']:+.4f}" if e is not None else "–"
+        lines.append(f"| {r['users']:,} | {r['aggregated']} | {r['fedca-block'] or 'exact'} | {r['blocks']} | "
+                     f"{', '.join(f'{x:.1f}' for x in r['server_aggregation_s'])} | {r['median_round_s']:.1f} | "
+                     f"{max(r['node_peak_mb_max_process']):,} | {r['state_on_disk_mb']:,.0f} | "
+                     f"{r['metrics']['hr@10']:.4f} | {r['metrics']['ndcg@10']:.4f} | {d} | "
+                     f"{r['loadavg_before']:.2f} / {r['loadavg_during']:.2f} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -254,14 +353,26 @@ def main() -> None:
     c.add_argument("--upload", nargs="+", default=["full", "rows"], choices=("full", "rows"))
     c.add_argument("--full-max", type=int, default=1000, help="item-upload=full only up to this many users")
     c.add_argument("--rounds", type=int, default=2)
-    c.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "scale"))
-    c.add_argument("--json")
+    f = sub.add_parser("fedca")
+    f.add_argument("--data-dir", required=True)
+    f.add_argument("--users", type=int, nargs="+", default=[943, 1000, 5000])
+    f.add_argument("--blocks", type=int, nargs="+", default=[0, 64])
+    f.add_argument("--nodes", type=int, nargs=1, default=[2])
+    f.add_argument("--clients-per-message", type=int, default=500)
+    f.add_argument("--rounds", type=int, default=2)
     n = sub.add_parser("nodes")
     n.add_argument("--data-dir", required=True)
     n.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     n.add_argument("--rounds", type=int, default=5)
-    n.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "scale"))
-    n.add_argument("--json")
+    for x in (c, f, n):
+        x.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "scale"))
+        x.add_argument("--json")
+    d = sub.add_parser("compose")
+    d.add_argument("--data-dir", required=True)
+    d.add_argument("--nodes", type=int, nargs="+", default=[16])
+    d.add_argument("--rounds", type=int, default=5)
+    d.add_argument("--runs", default=str(ROOT / "runs"))
+    d.add_argument("--json")
     p = sub.add_parser("plot")
     p.add_argument("--json", nargs="+", required=True)
     p.add_argument("--out", required=True)
@@ -269,11 +380,12 @@ def main() -> None:
     if a.cmd == "plot":
         plot(a.json, a.out)
         return
-    rows = cmd_clients(a) if a.cmd == "clients" else cmd_nodes(a)
-    print(table_clients(rows) if a.cmd == "clients" else table_nodes(rows))
+    rows = {"clients": cmd_clients, "fedca": cmd_fedca, "nodes": cmd_nodes, "compose": cmd_compose}[a.cmd](a)
+    print({"clients": table_clients, "fedca": table_fedca, "nodes": table_nodes, "compose": table_compose}[a.cmd](rows))
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+        Path(a.json).write_text(json.dumps({"command": "python benchmarks/scale.py " + " ".join(sys.argv[1:]),
+                                            "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

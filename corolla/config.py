@@ -296,6 +296,9 @@ def validate(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"config key 'topk': expected positive integers, got {cfg['topk']!r}")
     if cfg["max-users"] < 0:
         raise ConfigError(f"config key 'max-users': expected 0 (all users) or a positive count, got {cfg['max-users']}")
+    if cfg["max-users"] and cfg["split"] in ("given", "fedcia"):
+        raise ConfigError(f"config key 'max-users': applies to split='loo' or 'ratio' (a fixed split keeps its own "
+                          f"users), got split={cfg['split']!r}")
     r = float_list(cfg, "split-ratios")
     if len(r) != 3 or any(x < 0 for x in r) or abs(sum(r) - 1.0) > 1e-6:
         raise ConfigError(f"config key 'split-ratios': expected three non-negative fractions summing to 1, got {cfg['split-ratios']!r}")

@@ -48,6 +48,17 @@ def test_bounded_variable_shape():
         validate_payload({"r": np.zeros(4, np.int32), "v": np.zeros((4, 2), np.float32)}, spec)
 
 
+def test_max_users_keeps_the_first_users_and_their_items(data_dir):
+    from corolla.data.federation import build_federation
+
+    full = build_federation(resolve("pfedrec-ml100k"), data_dir)
+    part = build_federation(resolve("pfedrec-ml100k", {"max-users": 100}), data_dir)
+    assert part.n_users == 100 and full.n_users == 943 and part.n_items < full.n_items
+    assert part.count("train", np.arange(100)) == full.count("train", np.arange(100))
+    with pytest.raises(ConfigError, match="max-users"):
+        resolve("lpsfed-gowalla", {"max-users": 10})
+
+
 def test_rows_only_for_clients_that_start_from_the_global_table():
     with pytest.raises(ConfigError, match="item-upload.*method 'fedca'"):
         resolve("fedca-pmf-ml100k", {"item-upload": "rows"})

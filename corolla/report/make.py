@@ -69,6 +69,8 @@ def run_page(run_dir: Path) -> Path:
                                                       "leaderboard: <code>corolla report</code></p>"))
         (site / "trust.html").write_text(render._page("Security and reliability", "<p><code>corolla report</code> "
                                                       "writes this page from docs/results/.</p>"))
+        (site / "scale.html").write_text(render._page("Scale", "<p><code>corolla report</code> writes this page "
+                                                      "from docs/results/.</p>"))
         (site / "methods" / "index.html").write_text(render._page("Methods", "<p><code>corolla report</code> writes "
                                                                  "the method pages.</p>", depth=1))
     render.run_pages(site, [read_run(run_dir)])

@@ -121,3 +121,27 @@ def secagg_cost(rows: list[dict[str, Any]], path: Path) -> None:
     b.grid(alpha=0.3)
     b.legend(fontsize=8)
     _finish(fig, a, path, "upload phase, MB per round", "MB", "nodes")
+
+
+def scale(clients: list[dict[str, Any]], nodes: list[dict[str, Any]], path: Path) -> None:
+    """Scale (``benchmarks/scale.py``): median round and the largest node process's peak memory
+    against the users (one line per method, upload and node count; dashed: ``item-upload =
+    full``), and the main job's median round and SuperLink CPU against the SuperNodes."""
+    plt = _plt()
+    fig, ax = plt.subplots(1, 3, figsize=(14, 4))
+    for key in sorted({(r["method"], r["upload"], r["nodes"]) for r in clients}):
+        pts = sorted((r for r in clients if (r["method"], r["upload"], r["nodes"]) == key), key=lambda r: r["users"])
+        style = "-o" if key[1] == "rows" else "--x"
+        label = f"{key[0]} {key[1]}, {key[2]} nodes"
+        ax[0].plot([r["users"] for r in pts], [r["median_round_s"] for r in pts], style, label=label)
+        ax[1].plot([r["users"] for r in pts], [max(r["node_peak_mb_max_process"]) for r in pts], style, label=label)
+    for a, title, ylabel in ((ax[0], "median round", "s"), (ax[1], "largest node process, peak RSS", "MB")):
+        a.set_xscale("log")
+        a.set_yscale("log")
+        _finish(fig, a, path, title, ylabel, "users = logical clients")
+    if nodes:
+        rs = sorted(nodes, key=lambda r: r["nodes"])
+        ax[2].plot([r["nodes"] for r in rs], [r["median_round_s"] for r in rs], "-o", label="median round (s)")
+        ax[2].plot([r["nodes"] for r in rs], [r["superlink_cpu_s"] for r in rs], "-s", label="SuperLink CPU, whole run (s)")
+        ax[2].set_xscale("log", base=2)
+    _finish(fig, ax[2], path, "main job against SuperNodes", "s", "SuperNodes")

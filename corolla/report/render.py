@@ -1,6 +1,7 @@
 """The report as Markdown (``docs/leaderboard.md``, the README's overview) and as a static site:
 ``index.html`` (every leaderboard), ``methods/<method>.html``, ``runs/<run>.html``, ``trust.html``
-(secure aggregation's cost, the churn and hostile-node drills), ``style.css``
+(secure aggregation's cost, the churn and hostile-node drills), ``scale.html`` (users, SuperNodes,
+a Ray cluster), ``style.css``
 and PNG plots. Plain HTML and CSS: it opens from the file system, no server, no JavaScript."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from corolla import methods
-from corolla.report import plots, trust
+from corolla.report import plots, scale, trust
 from corolla.report.board import STATUSES, Board, Row, anchor, summary_counts
 from corolla.report.sources import Run
 
@@ -119,7 +120,7 @@ def _page(title: str, body: str, depth: int = 0) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<link rel="stylesheet" href="{up}style.css"></head><body>\n'
             f'<nav><a href="{up}index.html">Leaderboard</a><a href="{up}methods/index.html">Methods</a>'
-            f'<a href="{up}runs/index.html">Runs</a><a href="{up}trust.html">Security and drills</a></nav>\n<h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n')
+            f'<a href="{up}runs/index.html">Runs</a><a href="{up}trust.html">Security and drills</a><a href="{up}scale.html">Scale</a></nav>\n<h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n')
 
 
 def _cls(status: str) -> str:
@@ -180,6 +181,8 @@ def site(boards: list[Board], runs: list[Run], out: Path, results_md: Path, resu
     pages += method_pages(out, boards, results_dir, preset_results, method_docs)
     (out / "trust.html").write_text(_page("Security and reliability", trust.page(results_dir, out)))
     pages.append(out / "trust.html")
+    (out / "scale.html").write_text(_page("Scale: logical clients, SuperNodes, a Ray cluster", scale.page(results_dir, out)))
+    pages.append(out / "scale.html")
     pages += run_pages(out, runs)
     return pages
 
