@@ -154,6 +154,7 @@ class NodeHost:
         to the client that caused it.
         """
         targets = [c for c in targets if c in self.hosted]
+        self.store.refresh()   # one listing of the state directory per phase
         out: dict[int, PhaseResult | str] = {}
         cls = registry.client_class(self.cfg)
         batch_fn = getattr(cls, f"batch_{phase}", None)

@@ -51,6 +51,25 @@ def test_state_store_versions(tmp_path):
     truncate(st, [0], 3)
     assert st.load(0, 9)[0] == 3
     assert st.load(1, 9) is None
+    assert [p.name for p in st.dir.iterdir()] == ["c0.r3.npz"] and st._versions(0) == [3]   # index = disk
+
+
+def test_state_store_lists_the_directory_once_per_phase(tmp_path, monkeypatch):
+    import corolla.state as state_mod
+
+    a, b = StateStore(tmp_path, "run"), StateStore(tmp_path, "run")   # two nodes sharing a directory
+    for c in range(200):
+        a.save(c, 1, {"x": np.array([c])})
+    calls = []
+    real = state_mod.os.scandir
+    monkeypatch.setattr(state_mod.os, "scandir", lambda p: calls.append(p) or real(p))
+    b.refresh()
+    assert all(b.load(c, 1)[1]["x"].tolist() == [c] for c in range(200))
+    for c in range(200):
+        b.save(c, 2, {"x": np.array([-c])})
+    assert len(calls) == 1 and b.load(7, 5)[0] == 2
+    a.refresh()   # what the other node wrote is seen after its next listing
+    assert a.load(7, 5)[1]["x"].tolist() == [-7] and len(calls) == 2
 
 
 def test_fedcia_mse_loss_formula():
