@@ -116,6 +116,11 @@ def test_site_in_a_real_browser(tmp_path, data_dir):
         tables = d.find_elements("css selector", "table")
         assert len(tables) >= 4, "the security page lacks a table (secure aggregation, churn, hostile node)"
         d.save_screenshot(str(shots / "trust.png"))
+        _check_page(d, out / "scale.html", anchors)
+        if (ROOT / "docs" / "results" / "scale-clients.json").is_file():
+            assert d.find_elements("css selector", "img"), "the scale page shows no plot"
+            assert d.find_elements("css selector", "table"), "the scale page shows no table"
+        d.save_screenshot(str(shots / "scale.png"))
         for page in [*(out / "methods").glob("*.html"), *(out / "runs").glob("*.html")]:
             _check_page(d, page, anchors)
         _check_page(d, out / "runs" / "fedavg-run.html", anchors)
@@ -151,3 +156,50 @@ def test_trust_page_shows_every_recorded_row_and_names_a_bad_file(tmp_path):
     (empty / "churn.json").write_text(json.dumps({"table": []}))
     with pytest.raises(ConfigError, match=r"churn.json: no 'metrics'"):
         trust.page(empty, tmp_path)
+
+
+def _scale_results(d: Path) -> dict:
+    """Result files of benchmarks/scale.py and ray_cluster.py in the shapes they write."""
+    d.mkdir()
+    run = {"median_round_s": 5.0, "command_s": 30.0, "bytes_up_per_round": 2e7, "bytes_down_per_round": 2e5,
+           "server_peak_rss_mb": 400.0, "node_peak_mb_max_process": [380, 370], "node_peak_mb_group_sum": [900, 880],
+           "state_on_disk_mb": 1.0, "superlink_cpu_s": 4.0, "superlink_peak_rss_mb": 250,
+           "metrics": {"hr@10": 0.5, "ndcg@10": 0.3}, "loadavg_before": 0.5, "loadavg_during": 2.0}
+    clients = [dict(run, method=m, dataset="gowalla", users=u, upload=up, nodes=2)
+               for m in ("fedavg-pmf", "pfedrec") for u in (943, 29857) for up in ("full", "rows")]
+    fedca = [dict(run, method="fedca", users=943, upload="full", nodes=2, aggregated=94, blocks=b, **{"fedca-block": k},
+                  server_aggregation_s=[1.0, 1.1]) for k, b in ((0, 1), (64, 2))]
+    nodes = [dict(run, nodes=n) for n in (1, 2, 4)]
+    compose = [dict(run, compose=True, nodes=16, supernode_containers=16, supernode_containers_peak_mb_sum=4000,
+                    superlink_peak_mb=300, superlink_cpu_percent_mean=12.5)]
+    files = {"clients": clients, "fedca": fedca, "nodes": nodes, "compose": compose}
+    for k, rows in files.items():
+        (d / f"scale-{k}.json").write_text(json.dumps({"command": f"python benchmarks/scale.py {k}", "rows": rows}))
+    single = {"command": "corolla run", "metrics": {"ndcg@10": 0.3}, "actors_per_netns": {"(host)": 2}}
+    (d / "ray-cluster.json").write_text(json.dumps({
+        "preset": "fedavg-mf-ml100k", "virtual_nodes": 4, "rounds": 2, "round_metrics_equal": True,
+        "single_machine": single, "cluster": dict(single, actors_per_netns={"rayhead": 1, "raywork": 1})}))
+    return files
+
+
+def test_scale_page_shows_every_recorded_row_and_names_a_bad_file(tmp_path):
+    from corolla.report import scale
+
+    files = _scale_results(tmp_path / "res")
+    body = scale.page(tmp_path / "res", tmp_path)
+    assert body.count("<tr>") == sum(len(rows) + 1 for rows in files.values()) and "Not recorded" not in body
+    assert (tmp_path / "img" / "scale.png").stat().st_size > 1000
+    assert "Every round's metrics equal: <b>yes</b>" in body and "raywork" in body
+    assert "+0.0000" in body   # FedCA in blocks against the exact run of the same users
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert scale.page(empty, tmp_path).count("Not recorded") == 5
+    (empty / "scale-nodes.json").write_text(json.dumps({"rows": []}))
+    with pytest.raises(ConfigError, match=r"scale-nodes.json: no 'command'"):
+        scale.page(empty, tmp_path)
+    # the files in docs/results, when recorded, are read the same way
+    res = ROOT / "docs" / "results"
+    real = scale.page(res, tmp_path)
+    for k, name in scale.FILES.items():
+        if (res / name).is_file() and k != "ray":
+            assert len(json.loads((res / name).read_text())["rows"]) > 0 and "Not recorded: no " + name not in real
