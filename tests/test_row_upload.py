@@ -107,3 +107,14 @@ def test_ragged_packing_round_trip_and_malformed_lengths():
     bad["g0/r#len"] = bad["g0/r#len"] + 1
     with pytest.raises(PayloadError, match="does not split"):
         unpack(bad)
+
+
+def test_the_num_examples_bound_is_computed_once_per_phase_not_per_client(tmp_path, data_dir, monkeypatch):
+    from server_app.exchange import Exchanger
+
+    calls = []
+    real = Exchanger._compute_bound
+    monkeypatch.setattr(Exchanger, "_compute_bound", lambda self: calls.append(1) or real(self))
+    s, rounds = _run(tmp_path, "bound", data_dir, "fedavg-pmf-ml100k", "item-upload=rows")
+    clients = sum(r["train"]["clients"] for r in rounds)
+    assert s["status"] == "completed" and clients >= 100 and 1 <= len(calls) <= len(rounds)
