@@ -113,10 +113,11 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
-def run(preset: str, sets: list[str], nodes: int, out: Path, data_dir: str, rounds: int) -> dict:
+def run(preset: str, sets: list[str], nodes: int, out: Path, data_dir: str, rounds: int,
+        extra: list[str] | None = None) -> dict:
     cmd = [sys.executable, "-m", "launcher.cli", "run", "--preset", preset, "--data-dir", data_dir,
            "--out", str(out), "--quiet", "--mode", "local", "--nodes", str(nodes),
-           "--set", f"num-rounds={rounds}", "--set", "phase-timeout=7200"]
+           "--set", f"num-rounds={rounds}", "--set", "phase-timeout=7200"] + (extra or [])
     for s in sets:
         cmd += ["--set", s]
     load0 = loadavg()
@@ -185,8 +186,10 @@ def cmd_clients(a) -> list[dict]:
 def cmd_nodes(a) -> list[dict]:
     rows = []
     for nodes in a.nodes:
-        out = Path(a.out) / f"main-{nodes}n"
-        row = run("fedavg-mf-ml100k", [], nodes, out, a.data_dir, a.rounds)
+        out = Path(a.out) / (f"main-{nodes}n" + ("" if a.idle_poll is None else f"-poll{a.idle_poll:g}"))
+        row = run("fedavg-mf-ml100k", [], nodes, out, a.data_dir, a.rounds,
+                  [] if a.idle_poll is None else ["--idle-poll", str(a.idle_poll)])
+        row["idle_poll_s"] = a.idle_poll if a.idle_poll is not None else 0.05
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -285,11 +288,11 @@ def table_compose(rows: list[dict]) -> str:
 
 
 def table_nodes(rows: list[dict]) -> str:
-    lines = ["| SuperNodes | median round s | command s | SuperLink CPU s | SuperLink peak MB | node peak MB "
+    lines = ["| SuperNodes | idle poll s | median round s | command s | SuperLink CPU s | SuperLink peak MB | node peak MB "
              "(largest process) | NDCG@10 | load before / during |",
-             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r['nodes']} | {r['median_round_s']:.2f} | {r['command_s']:.0f} | {r['superlink_cpu_s']:.1f} | "
+        lines.append(f"| {r['nodes']} | {r.get('idle_poll_s', 0.05):g} | {r['median_round_s']:.2f} | {r['command_s']:.0f} | {r['superlink_cpu_s']:.1f} | "
                      f"{r['superlink_peak_rss_mb']} | {max(r['node_peak_mb_max_process'])} | "
                      f"{r['metrics'].get('ndcg@10', float('nan')):.4f} | {r['loadavg_before']:.2f} / "
                      f"{r['loadavg_during']:.2f} |")
@@ -364,6 +367,7 @@ def main() -> None:
     n.add_argument("--data-dir", required=True)
     n.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     n.add_argument("--rounds", type=int, default=5)
+    n.add_argument("--idle-poll", type=float, help="the SuperNodes' idle poll (default: corolla run's 0.05 s)")
     for x in (c, f, n):
         x.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "scale"))
         x.add_argument("--json")

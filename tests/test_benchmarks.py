@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,3 +248,31 @@ def test_lgcn_eigen_cost_covers_every_client(tmp_path, data_dir):
     sp = build_federation(resolve("lpsfed-ml100k"), data_dir).stats["spectral"]
     assert [c["edges"] for c in rep["clients"]] == list(sp["edges_per_client"])
     assert all(c["phi"] == 16 and c["eig_s"] > 0 and c["peak_rss_mb"] > 0 for c in rep["clients"])
+
+
+def test_scale_sampler_reads_process_groups_and_the_tables_format(tmp_path):
+    import subprocess as sp
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import scale
+
+    child = sp.Popen([sys.executable, "-c", "import time; x = bytearray(60 << 20); time.sleep(30)"],
+                     start_new_session=True)
+    try:
+        (tmp_path / "logs").mkdir()
+        (tmp_path / "logs" / "pids.json").write_text(json.dumps({"superlink": child.pid, "supernodes": [child.pid]}))
+        s = scale.Sampler(tmp_path, every=0.1)
+        s.start()
+        time.sleep(1.5)
+        s.stop.set()
+        s.join()
+    finally:
+        child.kill()
+    assert s.node_max[0] >= 60 << 20 and s.node_sum[0] >= s.node_max[0] and s.link_rss == s.node_max[0]
+    row = {"method": "pfedrec", "users": 29857, "upload": "rows", "nodes": 2, "median_round_s": 130.2,
+           "bytes_up_per_round": 6.5e8, "bytes_down_per_round": 1e7, "server_peak_rss_mb": 2180.0,
+           "node_peak_mb_max_process": [1900, 1800], "node_peak_mb_group_sum": [2763, 2700], "state_on_disk_mb": 37.9,
+           "metrics": {"hr@10": 0.3134}, "loadavg_before": 3.22, "loadavg_during": 3.02}
+    line = scale.table_clients([row]).splitlines()[-1]
+    assert line == ("| pfedrec | 29,857 | rows | 2 | 130.2 | 650.0 | 10.0 | 2,180 | 1,900 / 2,763 | 37.9 | 0.3134 | "
+                    "3.22 / 3.02 |")
