@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 
-# (label, preset, extra --set values); the users of a Gowalla run come from max-users
+# method label -> its ML-100K preset; a Gowalla run adds dataset=gowalla and max-users=N
 CLIENT_RUNS = {
     "fedavg-pmf": "fedavg-pmf-ml100k",
     "pfedrec": "pfedrec-ml100k",
