@@ -1,15 +1,21 @@
 """Flower's per-round floor, before and after ``corolla supernode`` (issue 27's three targets).
 
 Runs each target through ``corolla run`` in process and through a local SuperLink with 2
-SuperNodes in three SuperNode variants, one after the other on the same machine:
+SuperNodes in four variants, one after the other on the same machine:
 
-* ``stock``  — Flower's waits: ``--idle-poll 3 --reply-poll 0.5 --clientapp-start exec``
-  (what ``flower-supernode`` does);
-* ``polls``  — short waits only: ``--idle-poll 0.05 --reply-poll 0.05 --clientapp-start exec``;
-* ``fork``   — short waits and warm (forked) ClientApp processes: ``corolla run``'s default.
+* ``stock``   — Flower's waits: ``--idle-poll 3 --reply-poll 0.5 --clientapp-start exec
+  --pull-backoff 1`` (what ``flower-supernode`` and Flower's ServerApp do);
+* ``polls``   — short SuperNode waits only: ``--idle-poll 0.05 --reply-poll 0.05 --clientapp-start
+  exec --pull-backoff 1``;
+* ``backoff`` — short waits and object pulls retried after 0.02 s, not 1 s (``flower_io.pulls``),
+  ClientApps still a fresh interpreter each;
+* ``fork``    — all of that and warm (forked) ClientApp processes: ``corolla run``'s default.
+
+Every variant runs ``flwr run`` on the staged app folder (``launcher/fab.py``; the same FAB).
 
 Targets: the README's main job (``fedavg-mf-ml100k`` as it is: 40 rounds, early stop), FedCIA
-GF-CF (``fedcia-gfcf-ml100k``, one shot), FedCA PMF (``fedca-pmf-ml100k``, ``--rounds`` rounds).
+GF-CF (``fedcia-gfcf-ml100k``, one shot; ``gfcf-nodesum``: the same with ``gfcf-upload=node-sum``),
+FedCA PMF (``fedca-pmf-ml100k``, ``--rounds`` rounds).
 Per run: the command's wall time, the median round wall time over rounds 2.., the number of
 rounds, the 1-minute load average before it, and whether the test metrics equal the in-process
 run's. Prints a Markdown table; ``--json`` keeps the rows.
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,11 +36,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
-    "stock": ["--idle-poll", "3", "--reply-poll", "0.5", "--clientapp-start", "exec"],
-    "polls": ["--idle-poll", "0.05", "--reply-poll", "0.05", "--clientapp-start", "exec"],
+    "stock": ["--idle-poll", "3", "--reply-poll", "0.5", "--clientapp-start", "exec", "--pull-backoff", "1"],
+    "polls": ["--idle-poll", "0.05", "--reply-poll", "0.05", "--clientapp-start", "exec", "--pull-backoff", "1"],
+    "backoff": ["--idle-poll", "0.05", "--reply-poll", "0.05", "--clientapp-start", "exec"],
     "fork": [],
 }
-TARGETS = {"main": ("fedavg-mf-ml100k", []), "gfcf": ("fedcia-gfcf-ml100k", []), "fedca": ("fedca-pmf-ml100k", None)}
+TARGETS = {"main": ("fedavg-mf-ml100k", []), "gfcf": ("fedcia-gfcf-ml100k", []),
+           "gfcf-nodesum": ("fedcia-gfcf-ml100k", ["gfcf-upload=node-sum"]), "fedca": ("fedca-pmf-ml100k", None)}
 
 
 def loadavg() -> float:
@@ -45,6 +54,7 @@ def run(preset: str, sets: list[str], mode: str, extra: list[str], out: Path, da
            "--quiet", "--mode", mode] + (["--nodes", "2"] if mode == "local" else []) + extra
     for s in sets:
         cmd += ["--set", s]
+    shutil.rmtree(out, ignore_errors=True)   # a re-run replaces the earlier one
     load = loadavg()
     t0 = time.monotonic()
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COROLLA_OFFLINE="1"))
@@ -84,7 +94,7 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|---|---|---:|")
     for r in rows:
         ratio = "–" if r["variant"] == "inproc" else f"{r['ratio_command']} / {r['ratio_round']}"
-        print(f"| {r['preset']} | {r['variant']} | {r['command_s']} | {r['median_round_s']} | {r['rounds']} | {ratio} | "
+        print(f"| {r['target']} `{r['preset']}` | {r['variant']} | {r['command_s']} | {r['median_round_s']} | {r['rounds']} | {ratio} | "
               f"{'yes' if r['same_metrics'] else 'NO'} | {r['loadavg_1min']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": os.uname().nodename, "cores": os.cpu_count(), "rows": rows},

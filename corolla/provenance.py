@@ -55,14 +55,29 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     out: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform()}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            out["gpu"] = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - no torch, or a broken driver: no GPU to report
-        pass
+    gpu = _gpu()
+    if gpu:
+        out["gpu"] = gpu
     return out
+
+
+def _gpu() -> str | None:
+    """The first GPU's name: from torch when this process has already imported it, else from the
+    NVIDIA driver's ``/proc`` entries (importing torch only to ask costs about a second)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        except Exception:  # noqa: BLE001 - a broken driver: no GPU to report
+            return None
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            for line in info.read_text().splitlines():
+                if line.startswith("Model:"):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            continue
+    return None
 
 
 def collect(app_dir: Path, command: list[str] | None = None) -> dict[str, Any]:

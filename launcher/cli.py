@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +37,9 @@ from pathlib import Path
 
 from corolla import extras, provenance
 from corolla.config import ConfigError, parse_overrides, resolve
+from flower_io.pulls import DEFAULT_PULL_BACKOFF
+from flower_io.pulls import ENV as PULL_BACKOFF_ENV
+from launcher import fab
 from launcher.supernode import DEFAULT_REPLY_POLL, LOCAL_IDLE_POLL, seconds_arg
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -87,8 +91,9 @@ class Cluster:
 
     def __init__(self, out: Path, mode: str, nodes: int, data_dir: str | None, node_configs=None,
                  idle_poll: float = LOCAL_IDLE_POLL, reply_poll: float = DEFAULT_REPLY_POLL,
-                 clientapp_start: str = "fork"):
+                 clientapp_start: str = "fork", pull_backoff: float = DEFAULT_PULL_BACKOFF):
         self.out, self.mode, self.nodes, self.data_dir = out, mode, nodes, data_dir
+        self.pull_backoff = pull_backoff
         self.idle_poll, self.reply_poll, self.clientapp_start = idle_poll, reply_poll, clientapp_start
         self.node_configs = node_configs
         self.procs: list[subprocess.Popen] = []
@@ -105,6 +110,7 @@ class Cluster:
         # the SuperExecs that the SuperLink and each SuperNode start (and that start the
         # ServerApp and every ClientApp process) look for a task every second by default
         self.env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", str(SUPEREXEC_POLL_S))
+        self.env[PULL_BACKOFF_ENV] = str(pull_backoff)   # the ServerApp's pulls (it inherits the SuperLink's env)
         self.env["PYTHONPATH"] = os.pathsep.join([str(APP_DIR), self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.env["PATH"] = _path_with_interpreter(self.env.get("PATH", ""))
 
@@ -126,6 +132,7 @@ class Cluster:
         p = self._spawn(f"supernode{i}", [sys.executable, "-m", "launcher.supernode",
                                           "--idle-poll", str(self.idle_poll), "--reply-poll", str(self.reply_poll),
                                           "--clientapp-start", self.clientapp_start,
+                                          "--pull-backoff", str(self.pull_backoff),
                                           "--insecure", "--superlink", f"127.0.0.1:{self.fleet}",
                                           "--host", "127.0.0.1", "--port", str(free_port()),
                                           "--node-config", ncs])
@@ -338,18 +345,20 @@ def run_command(args: argparse.Namespace) -> int:
     if args.mode == "inproc":
         return _run_inproc(out, run_cfg, node_configs, data_dir, args.quiet)
     cluster = Cluster(out, args.mode, nodes, data_dir or None, node_configs, args.idle_poll, args.reply_poll,
-                      args.clientapp_start)
+                      args.clientapp_start, args.pull_backoff)
     if args.ray_address:   # Flower's simulation calls ray.init(), which joins the cluster RAY_ADDRESS names
         cluster.env["RAY_ADDRESS"] = args.ray_address
     progress = out / "rounds.log"   # one line per round (the per-phase detail is in progress.log)
     pos = progress.stat().st_size if progress.exists() else 0
     show = not args.quiet
     rc_flwr = None
+    staging = Path(tempfile.mkdtemp(prefix="corolla-app-"))
     try:
         conn = cluster.start()
         rc_file = out / "run-config.toml"
         write_run_config(rc_file, run_cfg)
-        cmd = [flower_bin("flwr"), "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)]
+        app_src = fab.stage(APP_DIR, staging / "app")   # flwr run bundles this folder: only the FAB's files
+        cmd = [flower_bin("flwr"), "run", str(app_src), conn, "--stream", "--run-config", str(rc_file)]
         if args.mode == "sim":
             fed = f"num-supernodes={nodes}"
             if args.sim_client_cpus:
@@ -375,6 +384,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 1
     finally:
         cluster.stop()
+        shutil.rmtree(staging, ignore_errors=True)
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     if summary.get("status") == "completed":
         print(_summary_line(summary, out))
@@ -462,7 +472,8 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
     write_run_config(rc_file, run_cfg)
     print(f"corolla: {what} -> SuperLink {args.superlink}" + (" (TLS)" if ca else " (insecure)")
           + f", waiting for {nodes} SuperNode(s)")
-    proc = subprocess.Popen([flower_bin("flwr"), "run", str(APP_DIR), conn, "--stream", "--run-config", str(rc_file)],
+    app_src = fab.stage(APP_DIR, home / "app")   # flwr run bundles this folder: only the FAB's files
+    proc = subprocess.Popen([flower_bin("flwr"), "run", str(app_src), conn, "--stream", "--run-config", str(rc_file)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(APP_DIR))
     run_id = None
     try:
@@ -624,6 +635,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--clientapp-start", choices=("fork", "exec"), default="fork",
                    help="local mode: fork each ClientApp from a process that has imported Flower and torch "
                         "(default) or start a fresh interpreter per message (Flower's way)")
+    r.add_argument("--pull-backoff", type=seconds_arg("--pull-backoff"), default=DEFAULT_PULL_BACKOFF, metavar="S",
+                   help=f"local mode: the first retry of an object pull that finds a chunk not yet uploaded, in "
+                        f"the ServerApp, SuperNodes and ClientApps (default {DEFAULT_PULL_BACKOFF}; Flower: 1)")
     r.add_argument("--ray-address", metavar="HOST:PORT",
                    help="sim mode: run the simulation on this running Ray cluster (its head's GCS address, "
                         "as `ray start --head` prints) instead of a Ray instance on this machine")
@@ -661,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--readme", help="also fill the README's <!-- leaderboard --> block")
     sub.add_parser("supernode", add_help=False,
                    help="Flower's SuperNode with settable waits: corolla supernode [--idle-poll S] [--reply-poll S] "
+                        "[--pull-backoff S] "
                         "FLOWER-SUPERNODE-ARGS (see corolla supernode --help)")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["supernode"]:   # every other argument belongs to flower-supernode

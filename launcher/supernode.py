@@ -1,4 +1,4 @@
-"""``corolla supernode``: Flower's own SuperNode with its two fixed waits made settable.
+"""``corolla supernode``: Flower's own SuperNode with its fixed waits made settable.
 
 Flower 1.39's SuperNode (``flwr/supernode/start_client_internal.py``) sleeps a hard-coded
 **3 s** whenever a pull from the SuperLink finds no message (``time.sleep(3)`` in
@@ -14,6 +14,10 @@ flag works unchanged. The substitution is guarded by an exact version check: on 
 than :data:`FLOWER_VERSION` (or if the module no longer has the waits) it warns and runs the
 stock SuperNode.
 
+``--pull-backoff`` sets the first retry of Flower's object pulls (1 s in Flower; see
+:mod:`flower_io.pulls`) in the SuperNode and, through ``COROLLA_PULL_BACKOFF``, in the ClientApps
+its fork server starts.
+
 With ``--clientapp-start fork`` (the default) the SuperNode's SuperExec also forks each
 ClientApp from a warm parent instead of starting a fresh interpreter per message
 (:mod:`launcher.warm`); ``exec`` is Flower's way.
@@ -27,10 +31,13 @@ node.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
 from typing import Any
+
+from flower_io.pulls import DEFAULT_PULL_BACKOFF, ENV as PULL_BACKOFF_ENV, set_pull_backoff
 
 FLOWER_VERSION = "1.39.0"      # the Flower whose start_client_internal has exactly these waits
 STOCK_IDLE_S, STOCK_REPLY_S = 3.0, 0.5
@@ -78,6 +85,7 @@ def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--idle-poll", type=seconds_arg("--idle-poll"), default=DEFAULT_IDLE_POLL)
     p.add_argument("--reply-poll", type=seconds_arg("--reply-poll"), default=DEFAULT_REPLY_POLL)
     p.add_argument("--clientapp-start", choices=("fork", "exec"), default="fork")
+    p.add_argument("--pull-backoff", type=seconds_arg("--pull-backoff"), default=DEFAULT_PULL_BACKOFF)
     return p.parse_known_args(argv)
 
 
@@ -122,6 +130,13 @@ def with_key_in_node_config(rest: list[str]) -> list[str]:
     return [*out, "--node-config", entry]
 
 
+def waits_unsupported() -> bool:
+    """Whether the installed Flower is not :data:`FLOWER_VERSION` (read from its metadata, without
+    importing it)."""
+    from importlib.metadata import version as dist_version
+    return dist_version("flwr") != FLOWER_VERSION
+
+
 def install_waits(idle: float, reply: float) -> bool:
     """Put :class:`Waits` into Flower's SuperNode loop; False (and a warning) when this Flower is
     not the one whose waits were read, in which case nothing is changed."""
@@ -145,14 +160,19 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.split("\n\n")[0] + "\n\nusage: corolla supernode [--idle-poll S] [--reply-poll S] "
               "FLOWER-SUPERNODE-ARGS...\n  --idle-poll S   wait after an empty pull (Flower: 3 s; default "
               f"{DEFAULT_IDLE_POLL})\n  --reply-poll S  step while waiting for the ClientApp's reply (Flower: 0.5 s; "
-              f"default {DEFAULT_REPLY_POLL})\n  --clientapp-start fork|exec  fork each ClientApp from a process that "
+              f"default {DEFAULT_REPLY_POLL})\n  --pull-backoff S  first retry of an object pull that found a chunk not "
+              f"yet uploaded (Flower: 1 s; default {DEFAULT_PULL_BACKOFF}); also the forked ClientApps'\n"
+              "  --clientapp-start fork|exec  fork each ClientApp from a process that "
               "has imported Flower and torch (default) or start a fresh one per message (Flower)\n"
               "the rest: flower-supernode --help")
         return 0
     ours, rest = split_args(argv)
-    if install_waits(ours.idle_poll, ours.reply_poll) and ours.clientapp_start == "fork":
+    if ours.clientapp_start == "fork" and not waits_unsupported():
         from launcher import warm
-        warm.install()
+        warm.install()   # first thing: the fork server's imports overlap the SuperNode's own start
+    if set_pull_backoff(ours.pull_backoff):    # this SuperNode's pulls, and (by the environment) its ClientApps'
+        os.environ[PULL_BACKOFF_ENV] = str(ours.pull_backoff)
+    install_waits(ours.idle_poll, ours.reply_poll)
     from flwr.supernode.cli import flower_supernode
     sys.argv = ["flower-supernode", *with_key_in_node_config(rest)]
     flower_supernode()

@@ -15,7 +15,9 @@ Pieces, each as narrow as Flower allows:
   fork server (other task types go the stock way);
 * :func:`serve` — the fork server (``python -m launcher.warm``): a single-threaded process that
   imports only third-party modules (never the app: the FAB's code must be the one that runs),
-  then forks one child per task line read on stdin;
+  then forks one child per task line read on stdin. The SuperNode process starts it first thing
+  (:func:`install`) and its SuperExec inherits the task pipe, so the imports overlap the
+  SuperNode's own start;
 * :func:`superexec_main` — ``flower-superexec`` with ``get_executor`` answering a ForkExecutor
   for the subprocess executor type;
 * :class:`SuperExecCommand` — stands in for ``subprocess`` inside
@@ -29,12 +31,21 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 from typing import Any
 
-PRELOAD = ("flwr.supernode.cli.flwr_clientapp", "numpy", "scipy.sparse", "torch")
+from flower_io.pulls import ENV as PULL_BACKOFF_ENV, env_backoff, set_pull_backoff
+
+#: What the fork server imports before it forks. ``torch._dynamo`` is the costly one: torch imports it
+#: lazily on the first optimizer a process builds (``Optimizer.__init__`` is wrapped by
+#: ``torch._disable_dynamo``), 1.4-1.5 s per forked ClientApp on these cores, against 0.002 s once it is
+#: preloaded. ``httpx`` is the client of Flower's runtime API (0.1 s per child).
+FD_ENV = "COROLLA_FORK_SERVER_FD"   # the fork server's task pipe, inherited by the SuperExec
+
+PRELOAD = ("flwr.supernode.cli.flwr_clientapp", "numpy", "scipy.sparse", "torch", "torch._dynamo", "httpx")
 
 
 # ----------------------------------------------------------------------------------- fork server
@@ -45,12 +56,41 @@ def run_clientapp(argv: list[str]) -> None:
     flwr_clientapp()
 
 
-def _child(entry, argv: list[str], stdin) -> None:
+class TaskPipe:
+    """Task lines from a pipe's file descriptor, with a non-blocking :meth:`waiting` (a line, or
+    the end, is there to read), so that the server can keep importing while nothing is asked."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buf = b""
+        self.eof = False
+
+    def waiting(self) -> bool:
+        if b"\n" in self.buf or self.eof:
+            return True
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def readline(self) -> str | None:
+        """The next line (blocking), None at the end."""
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                self.eof = True
+                line, self.buf = self.buf, b""
+                return line.decode() if line else None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line.decode()
+
+
+def _child(entry, argv: list[str], fd: int) -> None:
     """The forked child: run ``entry(argv)`` and leave with its exit code; never return."""
     code = 0
     try:
-        stdin.close()
+        os.close(fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if os.environ.get(PULL_BACKOFF_ENV):   # the SuperNode's --pull-backoff, for this ClientApp's pulls
+            set_pull_backoff(env_backoff())
         entry(argv)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -65,18 +105,27 @@ def _child(entry, argv: list[str], stdin) -> None:
 
 
 def serve(preload=PRELOAD, stdin=None, entry=run_clientapp) -> None:
-    """Import ``preload``, then fork one child per line of ``stdin`` (JSON: ``{"argv": the argv of
-    flwr-clientapp, "quiet": no output}``) that runs ``entry(argv)``. Children are reaped by the kernel (SIGCHLD
-    ignored); the server ends when ``stdin`` closes (its SuperExec ended)."""
+    """Fork one child per line of ``stdin`` (JSON: ``{"argv": the argv of flwr-clientapp, "quiet":
+    no output}``) that runs ``entry(argv)``, and import ``preload`` one module at a time while no
+    task is waiting: the first task does not wait for all of them (a child forked early imports
+    what it needs itself, as a fresh process would). Children are reaped by the kernel (SIGCHLD
+    ignored); the server ends when ``stdin`` closes (the SuperNode and its SuperExec ended)."""
     import importlib
-    for name in preload:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass   # a lean install without torch still forks; the child imports what it needs
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    stdin = stdin or sys.stdin
-    for line in stdin:
+    tasks = TaskPipe((stdin or sys.stdin).fileno())
+    pending = list(preload)
+    while True:
+        if pending and not tasks.waiting():
+            try:
+                importlib.import_module(pending.pop(0))
+            except ImportError:
+                pass   # a lean install without torch still forks; the child imports what it needs
+            continue
+        line = tasks.readline()
+        if line is None:
+            break
+        if not line.strip():
+            continue
         task = json.loads(line)
         pid = os.fork()
         if pid == 0:
@@ -84,7 +133,7 @@ def serve(preload=PRELOAD, stdin=None, entry=run_clientapp) -> None:
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, 1)
                 os.dup2(devnull, 2)
-            _child(entry, task["argv"], stdin)
+            _child(entry, task["argv"], tasks.fd)
         print(f"corolla warm: ClientApp process {pid} forked", file=sys.stderr, flush=True)
 
 
@@ -115,23 +164,34 @@ def fork_executor_class():
         interpreter, so those tasks go the stock way too."""
 
         def __init__(self):
-            self.server = subprocess.Popen([sys.executable, "-m", "launcher.warm", "serve"], stdin=subprocess.PIPE,
-                                           text=True, start_new_session=False)
+            fd = os.environ.get(FD_ENV)
+            self.server = None
+            if fd:   # the SuperNode started the fork server already (install()): write to its pipe
+                try:
+                    self.tasks = os.fdopen(int(fd), "w")
+                    return
+                except (OSError, ValueError):
+                    pass
+            self.server = start_server()
+            self.tasks = self.server.stdin
 
         def launch(self, spec) -> LaunchResult:
             if (spec.task_type != TaskType.CLIENT_APP or spec.runtime_dependency_install
-                    or self.server.poll() is not None):
+                    or (self.server is not None and self.server.poll() is not None)):
                 return super().launch(spec)
             try:
-                self.server.stdin.write(json.dumps({"argv": clientapp_argv(spec), "quiet": spec.suppress_output}) + "\n")
-                self.server.stdin.flush()
-            except OSError:   # the fork server is gone: start this task the stock way
+                self.tasks.write(json.dumps({"argv": clientapp_argv(spec), "quiet": spec.suppress_output}) + "\n")
+                self.tasks.flush()
+            except (OSError, ValueError):   # the fork server is gone: start this task the stock way
                 return super().launch(spec)
             return LaunchResult.accepted()
 
         def close(self) -> None:
-            if self.server.poll() is None:
-                self.server.stdin.close()
+            try:
+                self.tasks.close()
+            except OSError:
+                pass
+            if self.server is not None and self.server.poll() is None:
                 self.server.terminate()
 
     return ForkExecutor
@@ -155,24 +215,42 @@ def superexec_main() -> None:
     flower_superexec()
 
 
+def start_server() -> subprocess.Popen:
+    """The fork server, as a child of this process; tasks go to its stdin."""
+    return subprocess.Popen([sys.executable, "-m", "launcher.warm", "serve"], stdin=subprocess.PIPE, text=True,
+                            start_new_session=False)
+
+
 class SuperExecCommand:
     """Stands in for ``subprocess`` inside ``flwr.supernode.start_client_internal``: the SuperNode's
-    ``Popen(["flower-superexec", ...])`` becomes ``python -m launcher.warm superexec ...``."""
+    ``Popen(["flower-superexec", ...])`` becomes ``python -m launcher.warm superexec ...``, which
+    inherits the write end of ``server``'s task pipe (its number in ``$COROLLA_FORK_SERVER_FD``)."""
+
+    def __init__(self, server: subprocess.Popen | None = None):
+        self.server = server
 
     def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)
 
-    @staticmethod
-    def Popen(args, *rest: Any, **kwargs: Any):  # noqa: N802 - the name it replaces
+    def Popen(self, args, *rest: Any, **kwargs: Any):  # noqa: N802 - the name it replaces
         if isinstance(args, list) and args[:1] == ["flower-superexec"]:
             args = [sys.executable, "-m", "launcher.warm", "superexec", *args[1:]]
+            if self.server is not None and self.server.poll() is None:
+                fd = self.server.stdin.fileno()
+                kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), fd)
+                kwargs["env"] = {**(kwargs.get("env") or os.environ), FD_ENV: str(fd)}
         return subprocess.Popen(args, *rest, **kwargs)
 
 
 def install() -> None:
-    """Make this process's SuperNode start the warm SuperExec (call before Flower's entry point)."""
+    """Make this process's SuperNode start the warm SuperExec (call before Flower's entry point).
+
+    The fork server starts here, at once, so that its imports (torch above all: seconds on a busy
+    2-core machine) run while the SuperNode starts and connects, not when the first message is
+    already waiting; it lives as long as this process (its task pipe closes with it)."""
+    server = start_server()
     from flwr.supernode import start_client_internal as sci
-    sci.subprocess = SuperExecCommand()
+    sci.subprocess = SuperExecCommand(server)
 
 
 if __name__ == "__main__":

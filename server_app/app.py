@@ -34,6 +34,7 @@ from corolla import provenance, tracking
 from corolla.config import load_preset, parse_overrides, resolve
 from corolla.messages import RunInfo, config_hash
 from corolla.util import atomic_write_json, dumps
+from flower_io.pulls import env_backoff, set_pull_backoff
 from server_app.exchange import Exchanger
 from server_app.flower_strategy import FlowerStrategy
 from server_app.results import RunRecorder
@@ -47,6 +48,8 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
+    # the replies' chunks: first retry after COROLLA_PULL_BACKOFF s (default 0.02), not Flower's 1 s
+    set_pull_backoff(env_backoff())
     run_federation(GridTransport(grid), dict(context.run_config))
 
 

@@ -127,3 +127,77 @@ def test_supernode_starts_the_warm_superexec_instead_of_flowers(monkeypatch):
     assert seen == [[sys.executable, "-m", "launcher.warm", "superexec", "--insecure", "--runtime-api-address",
                      "127.0.0.1:9094"], ["something-else", "-x"]]
     assert cmd.PIPE is subprocess.PIPE
+
+
+def test_supernode_hands_its_fork_server_pipe_to_the_superexec(monkeypatch):
+    """With a fork server started by the SuperNode, the SuperExec inherits the write end of its
+    task pipe (pass_fds) and learns its number from $COROLLA_FORK_SERVER_FD."""
+    import subprocess
+    import sys
+
+    from launcher import warm
+    seen = []
+    monkeypatch.setattr(subprocess, "Popen", lambda args, *a, **kw: seen.append((args, kw)))
+
+    class Server:
+        class stdin:   # noqa: N801 - stands in for a pipe
+            @staticmethod
+            def fileno():
+                return 17
+
+        @staticmethod
+        def poll():
+            return None
+
+    cmd = warm.SuperExecCommand(Server())
+    cmd.Popen(["flower-superexec", "--insecure"])
+    args, kw = seen[-1]
+    assert args == [sys.executable, "-m", "launcher.warm", "superexec", "--insecure"]
+    assert kw["pass_fds"] == (17,) and kw["env"][warm.FD_ENV] == "17"
+    cmd.Popen(["something-else"])
+    assert "pass_fds" not in seen[-1][1]
+
+
+def test_fork_server_serves_a_waiting_task_before_its_preload_is_done(tmp_path):
+    """A task that is already waiting is forked before the next preload import (the child then
+    lacks that module); a task sent once the preload is done finds it imported."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    (tmp_path / "slowmod.py").write_text(
+        "import time, pathlib\ntime.sleep(2)\n"
+        f"pathlib.Path({str(tmp_path / 'loaded')!r}).write_text('yes')\n")
+    code = ("import sys\nfrom launcher import warm\n"
+            "def entry(argv):\n"
+            "    open(argv[0], 'w').write(str('slowmod' in sys.modules))\n"
+            "warm.serve(preload=('slowmod',), entry=entry)\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{root}"}
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=root, env=env)
+    first, second = tmp_path / "first", tmp_path / "second"
+    p.stdin.write(json.dumps({"argv": [str(first)], "quiet": False}) + "\n")
+    p.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not (first.exists() and first.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert first.read_text() == "False"                 # forked before the slow import
+    assert not (tmp_path / "loaded").exists() or first.stat().st_mtime <= (tmp_path / "loaded").stat().st_mtime
+    while not (tmp_path / "loaded").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)
+    p.stdin.write(json.dumps({"argv": [str(second)], "quiet": False}) + "\n")
+    p.stdin.close()
+    assert p.wait(30) == 0
+    while not (second.exists() and second.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert second.read_text() == "True"                 # preloaded by the server, inherited by the fork
+
+
+def test_pull_backoff_flag_is_split_and_checked():
+    ours, rest = supernode.split_args(["--pull-backoff", "0.1", "--insecure"])
+    assert ours.pull_backoff == 0.1 and rest == ["--insecure"]
+    assert supernode.split_args([])[0].pull_backoff == 0.02
+    with pytest.raises(SystemExit):
+        supernode.split_args(["--pull-backoff", "never"])
