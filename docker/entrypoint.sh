@@ -146,6 +146,7 @@ case "$role" in
     # Flower's SuperNode with short waits (corolla supernode; COROLLA_IDLE_POLL, default 0.05 s on a
     # compose network: see docs/deployment.md for the SuperLink's cost per idle node)
     exec corolla supernode --idle-poll "${COROLLA_IDLE_POLL:-0.05}" --reply-poll "${COROLLA_REPLY_POLL:-0.05}" \
+      --pull-backoff "${COROLLA_PULL_BACKOFF:-0.02}" \
       "${tls[@]}" --superlink "$fleet" --host 127.0.0.1 --port 9094 --node-config "$nc" "$@"
     ;;
   register)

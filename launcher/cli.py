@@ -43,6 +43,7 @@ from launcher import fab
 from launcher.supernode import DEFAULT_REPLY_POLL, LOCAL_IDLE_POLL, seconds_arg
 
 APP_DIR = Path(__file__).resolve().parents[1]
+NODE_NICE = 10            # SuperNodes' niceness when there are more of them than cores (Cluster._spawn)
 SUPEREXEC_POLL_S = 0.05   # FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the processes Corolla starts (Flower: 1 s)
 
 
@@ -114,10 +115,21 @@ class Cluster:
         self.env["PYTHONPATH"] = os.pathsep.join([str(APP_DIR), self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.env["PATH"] = _path_with_interpreter(self.env.get("PATH", ""))
 
-    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, cmd: list[str], node: bool = False) -> subprocess.Popen:
+        """Start ``cmd`` in its own process group (stopped as one). The SuperLink gets its own session;
+        SuperNodes stay in this command's session: on Linux with scheduler autogroups each session
+        is one CPU share, so all nodes together get the share of the SuperLink and its ServerApp
+        instead of one share each. With more nodes than cores they also run at nice
+        :data:`NODE_NICE`: a ServerApp must start within Flower's 30 s task-claim window
+        (``HEARTBEAT_DEFAULT_INTERVAL``), which 32 SuperNodes on 2 cores otherwise starve."""
         log = open(self.logs / f"{name}.log", "ab")
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.out,
-                             start_new_session=True)
+        if node:
+            crowded = self.nodes > (os.cpu_count() or 1)
+            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                 cwd=self.out, process_group=0, preexec_fn=(lambda: os.nice(NODE_NICE)) if crowded else None)
+        else:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.out,
+                                 start_new_session=True)
         self.procs.append(p)
         return p
 
@@ -135,7 +147,7 @@ class Cluster:
                                           "--pull-backoff", str(self.pull_backoff),
                                           "--insecure", "--superlink", f"127.0.0.1:{self.fleet}",
                                           "--host", "127.0.0.1", "--port", str(free_port()),
-                                          "--node-config", ncs])
+                                          "--node-config", ncs], node=True)
         self.node_procs[i] = p
         return p
 

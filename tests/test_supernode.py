@@ -201,3 +201,24 @@ def test_pull_backoff_flag_is_split_and_checked():
     assert supernode.split_args([])[0].pull_backoff == 0.02
     with pytest.raises(SystemExit):
         supernode.split_args(["--pull-backoff", "never"])
+
+
+@pytest.mark.parametrize("extra_nodes, nice", [(0, 0), (1, 10)])
+def test_local_supernodes_share_the_commands_session_and_yield_when_crowded(tmp_path, extra_nodes, nice):
+    """corolla run's SuperNodes: own process group (stopped as one), this command's session (one
+    CPU share with scheduler autogroups, not one each), and nice 10 once they outnumber the cores,
+    so that the SuperLink and the ServerApp they wait for keep their CPU."""
+    import os
+
+    from launcher.cli import NODE_NICE, Cluster
+    cores = os.cpu_count() or 1
+    c = Cluster(tmp_path, "local", cores + extra_nodes, None)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    p = c._spawn("n", ["sleep", "30"], node=True)
+    link = c._spawn("l", ["sleep", "30"])
+    try:
+        assert os.getpgid(p.pid) == p.pid and os.getsid(p.pid) == os.getsid(0)
+        assert os.getpriority(os.PRIO_PROCESS, p.pid) == min(19, base + (NODE_NICE if nice else 0))
+        assert os.getsid(link.pid) == link.pid and os.getpriority(os.PRIO_PROCESS, link.pid) == base
+    finally:
+        c.stop()
