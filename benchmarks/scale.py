@@ -44,6 +44,8 @@ import threading
 import time
 from pathlib import Path
 
+from corolla.report.scale import markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -195,19 +197,6 @@ def cmd_nodes(a) -> list[dict]:
     return rows
 
 
-def table_clients(rows: list[dict]) -> str:
-    lines = ["| method | users | upload | nodes | median round s | up MB/round | down MB/round | ServerApp peak MB | "
-             "node peak MB (largest process / group) | state on disk MB | HR@10 | load before / during |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
-    for r in rows:
-        lines.append(f"| {r['method']} | {r['users']:,} | {r['upload']} | {r['nodes']} | {r['median_round_s']:.1f} | "
-                     f"{r['bytes_up_per_round'] / 1e6:,.1f} | {r['bytes_down_per_round'] / 1e6:,.1f} | "
-                     f"{r['server_peak_rss_mb']:,.0f} | {max(r['node_peak_mb_max_process']):,} / "
-                     f"{max(r['node_peak_mb_group_sum']):,} | {r['state_on_disk_mb']:,.1f} | "
-                     f"{r['metrics'].get('hr@10', float('nan')):.4f} | {r['loadavg_before']:.2f} / {r['loadavg_during']:.2f} |")
-    return "\n".join(lines)
-
-
 def cmd_compose(a) -> list[dict]:
     """``docker compose up --scale supernode=N`` of the main job (compose.yaml as it is; the image
     built beforehand, e.g. docker/build-offline.sh): round times from the run's ``rounds.jsonl``,
@@ -276,29 +265,6 @@ def cmd_compose(a) -> list[dict]:
     return rows
 
 
-def table_compose(rows: list[dict]) -> str:
-    lines = ["| SuperNode containers | median round s | command s | SuperLink container peak MB, mean CPU % | "
-             "largest SuperNode container MB (sum) | NDCG@10 | load before / during |", "|---:|---:|---:|---|---|---:|---|"]
-    for r in rows:
-        lines.append(f"| {r['supernode_containers']} | {r['median_round_s']:.2f} | {r['command_s']:.0f} | "
-                     f"{r['superlink_peak_mb']}, {r['superlink_cpu_percent_mean']} | "
-                     f"{r['node_peak_mb_max_process'][0]} ({r['supernode_containers_peak_mb_sum']}) | "
-                     f"{r['metrics'].get('ndcg@10', float('nan')):.4f} | {r['loadavg_before']:.2f} / {r['loadavg_during']:.2f} |")
-    return "\n".join(lines)
-
-
-def table_nodes(rows: list[dict]) -> str:
-    lines = ["| SuperNodes | idle poll s | median round s | command s | SuperLink CPU s | SuperLink peak MB | node peak MB "
-             "(largest process) | NDCG@10 | load before / during |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        lines.append(f"| {r['nodes']} | {r.get('idle_poll_s', 0.05):g} | {r['median_round_s']:.2f} | {r['command_s']:.0f} | {r['superlink_cpu_s']:.1f} | "
-                     f"{r['superlink_peak_rss_mb']} | {max(r['node_peak_mb_max_process'])} | "
-                     f"{r['metrics'].get('ndcg@10', float('nan')):.4f} | {r['loadavg_before']:.2f} / "
-                     f"{r['loadavg_during']:.2f} |")
-    return "\n".join(lines)
-
-
 def plot(paths: list[str], out: str) -> None:
     from corolla.report.plots import scale
 
@@ -326,22 +292,6 @@ def cmd_fedca(a) -> list[dict]:
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
-
-
-def table_fedca(rows: list[dict]) -> str:
-    exact = {r["users"]: r for r in rows if r["fedca-block"] == 0}
-    lines = ["| users | drawn |S| | block | blocks | server aggregation s (per round) | median round s | "
-             "node peak MB | state on disk MB | HR@10 | NDCG@10 | ΔHR@10 vs exact | load before / during |",
-             "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        e = exact.get(r["users"])
-        d = f"{r['metrics']['hr@10'] - e['metrics']['hr@10']:+.4f}" if e is not None else "–"
-        lines.append(f"| {r['users']:,} | {r['aggregated']} | {r['fedca-block'] or 'exact'} | {r['blocks']} | "
-                     f"{', '.join(f'{x:.1f}' for x in r['server_aggregation_s'])} | {r['median_round_s']:.1f} | "
-                     f"{max(r['node_peak_mb_max_process']):,} | {r['state_on_disk_mb']:,.0f} | "
-                     f"{r['metrics']['hr@10']:.4f} | {r['metrics']['ndcg@10']:.4f} | {d} | "
-                     f"{r['loadavg_before']:.2f} / {r['loadavg_during']:.2f} |")
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -385,7 +335,7 @@ def main() -> None:
         plot(a.json, a.out)
         return
     rows = {"clients": cmd_clients, "fedca": cmd_fedca, "nodes": cmd_nodes, "compose": cmd_compose}[a.cmd](a)
-    print({"clients": table_clients, "fedca": table_fedca, "nodes": table_nodes, "compose": table_compose}[a.cmd](rows))
+    print(markdown_table(a.cmd, {"rows": rows}))   # the report's scale.html table, as Markdown
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps({"command": "python benchmarks/scale.py " + " ".join(sys.argv[1:]),

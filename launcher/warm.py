@@ -39,12 +39,12 @@ from typing import Any
 
 from flower_io.pulls import ENV as PULL_BACKOFF_ENV, env_backoff, set_pull_backoff
 
-#: What the fork server imports before it forks. ``torch._dynamo`` is the costly one: torch imports it
-#: lazily on the first optimizer a process builds (``Optimizer.__init__`` is wrapped by
-#: ``torch._disable_dynamo``), 1.4-1.5 s per forked ClientApp on these cores, against 0.002 s once it is
-#: preloaded. ``httpx`` is the client of Flower's runtime API (0.1 s per child).
 FD_ENV = "COROLLA_FORK_SERVER_FD"   # the fork server's task pipe, inherited by the SuperExec
 
+#: What the fork server imports while no task waits. ``torch._dynamo`` is the costly one: torch imports
+#: it lazily on the first optimizer a process builds (``Optimizer.__init__`` is wrapped by
+#: ``torch._disable_dynamo``), 1.4-1.5 s per forked ClientApp on these cores, against 0.002 s once it is
+#: preloaded. ``httpx`` is the client of Flower's runtime API (0.1 s per child).
 PRELOAD = ("flwr.supernode.cli.flwr_clientapp", "numpy", "scipy.sparse", "torch", "torch._dynamo", "httpx")
 
 

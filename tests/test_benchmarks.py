@@ -269,10 +269,11 @@ def test_scale_sampler_reads_process_groups_and_the_tables_format(tmp_path):
     finally:
         child.kill()
     assert s.node_max[0] >= 60 << 20 and s.node_sum[0] >= s.node_max[0] and s.link_rss == s.node_max[0]
-    row = {"method": "pfedrec", "users": 29857, "upload": "rows", "nodes": 2, "median_round_s": 130.2,
+    row = {"method": "pfedrec", "dataset": "gowalla", "users": 29857, "upload": "rows", "nodes": 2, "median_round_s": 130.2,
            "bytes_up_per_round": 6.5e8, "bytes_down_per_round": 1e7, "server_peak_rss_mb": 2180.0,
            "node_peak_mb_max_process": [1900, 1800], "node_peak_mb_group_sum": [2763, 2700], "state_on_disk_mb": 37.9,
            "metrics": {"hr@10": 0.3134}, "loadavg_before": 3.22, "loadavg_during": 3.02}
-    line = scale.table_clients([row]).splitlines()[-1]
-    assert line == ("| pfedrec | 29,857 | rows | 2 | 130.2 | 650.0 | 10.0 | 2,180 | 1,900 / 2,763 | 37.9 | 0.3134 | "
-                    "3.22 / 3.02 |")
+    table = scale.markdown_table("clients", {"rows": [row]}).splitlines()   # the report's table, as Markdown
+    assert table[-1] == ("| pfedrec | gowalla | 29,857 | rows | 2 | 130.2 | 650.0 | 10.0 | 2,180 | 1,900 / 2,763 | "
+                         "37.9 | 0.3134 | 3.22 / 3.02 |")
+    assert table[1] == "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|"

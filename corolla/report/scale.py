@@ -39,10 +39,17 @@ def _load(r: dict[str, Any]) -> str:
     return f"{_num(r.get('loadavg_before'), '{:.2f}')} / {_num(r.get('loadavg_during'), '{:.2f}')}"
 
 
+def _peak(r: dict[str, Any]) -> str:
+    """A node's peak memory: its largest process, and its process group's sum where recorded."""
+    top = _num(max(r["node_peak_mb_max_process"]), "{:,}")
+    group = r.get("node_peak_mb_group_sum")
+    return f"{top} / {_num(max(group), '{:,}')}" if group else top
+
+
 def clients_rows(d: dict[str, Any]) -> list[list[str]]:
     return [[r["method"], r["dataset"], f"{r['users']:,}", r["upload"], str(r["nodes"]), _num(r["median_round_s"]),
              _num(r["bytes_up_per_round"] / 1e6), _num(r["bytes_down_per_round"] / 1e6),
-             _num(r["server_peak_rss_mb"], "{:,.0f}"), _num(max(r["node_peak_mb_max_process"]), "{:,}"),
+             _num(r["server_peak_rss_mb"], "{:,.0f}"), _peak(r),
              _num(r["state_on_disk_mb"]), _num(r["metrics"].get("hr@10"), "{:.4f}"), _load(r)]
             for r in d["rows"]]
 
@@ -55,14 +62,15 @@ def fedca_rows(d: dict[str, Any]) -> list[list[str]]:
         delta = f"{r['metrics']['hr@10'] - e['metrics']['hr@10']:+.4f}" if e is not None else "–"
         out.append([f"{r['users']:,}", str(r["aggregated"]), str(r["fedca-block"] or "exact"), str(r["blocks"]),
                     ", ".join(f"{x:.1f}" for x in r["server_aggregation_s"]), _num(r["median_round_s"]),
+                    _num(max(r["node_peak_mb_max_process"]), "{:,}"),
                     _num(r["state_on_disk_mb"], "{:,.0f}"), _num(r["metrics"]["hr@10"], "{:.4f}"),
                     _num(r["metrics"]["ndcg@10"], "{:.4f}"), delta, _load(r)])
     return out
 
 
 def nodes_rows(d: dict[str, Any]) -> list[list[str]]:
-    return [[str(r["nodes"]), _num(r["median_round_s"], "{:.2f}"), _num(r["command_s"], "{:.0f}"),
-             _num(r["superlink_cpu_s"]), _num(r["superlink_peak_rss_mb"], "{:,}"),
+    return [[str(r["nodes"]), _num(r.get("idle_poll_s") or 0.05, "{:g}"), _num(r["median_round_s"], "{:.2f}"),
+             _num(r["command_s"], "{:.0f}"), _num(r["superlink_cpu_s"]), _num(r["superlink_peak_rss_mb"], "{:,}"),
              _num(max(r["node_peak_mb_max_process"]), "{:,}"), _num(r["metrics"].get("ndcg@10"), "{:.4f}"), _load(r)]
             for r in d["rows"]]
 
@@ -72,6 +80,40 @@ def compose_rows(d: dict[str, Any]) -> list[list[str]]:
              _num(r["superlink_peak_mb"], "{:,}"), _num(r["superlink_cpu_percent_mean"]),
              _num(r["node_peak_mb_max_process"][0], "{:,}"), _num(r["supernode_containers_peak_mb_sum"], "{:,}"),
              _num(r["metrics"].get("ndcg@10"), "{:.4f}"), _load(r)] for r in d["rows"]]
+
+
+#: Each table's columns and its row formatter: the report's HTML and the benchmark's Markdown
+#: (``benchmarks/scale.py``) are the same table.
+TABLES = {
+    "clients": (["method", "dataset", "users", "upload", "nodes", "median round s", "up MB/round", "down MB/round",
+                 "ServerApp peak MB", "node peak MB (largest process / group)", "state MB", "HR@10",
+                 "load before / during"], clients_rows),
+    "fedca": (["users", "drawn", "block", "blocks", "server aggregation s", "median round s", "node peak MB",
+               "state MB", "HR@10", "NDCG@10", "ΔHR@10 vs exact", "load before / during"], fedca_rows),
+    "nodes": (["SuperNodes", "idle poll s", "median round s", "command s", "SuperLink CPU s", "SuperLink peak MB",
+               "node peak MB (largest process)", "NDCG@10", "load before / during"], nodes_rows),
+    "compose": (["SuperNode containers", "median round s", "command s", "SuperLink container peak MB",
+                 "SuperLink mean CPU %", "largest SuperNode container MB", "all SuperNode containers MB", "NDCG@10",
+                 "load before / during"], compose_rows),
+}
+
+
+def html_table(kind: str, d: dict[str, Any]) -> str:
+    head, rows = TABLES[kind]
+    return _table(head, rows(d))
+
+
+def markdown_table(kind: str, d: dict[str, Any]) -> str:
+    """The same table as Markdown (text columns left, numbers right)."""
+    head, rows = TABLES[kind]
+    body = rows(d)
+    align = ["---:" if body and all(_numeric(r[i]) for r in body) else "---" for i in range(len(head))]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"] +
+                     ["| " + " | ".join(r) + " |" for r in body])
+
+
+def _numeric(cell: str) -> bool:
+    return cell.replace(",", "").replace(".", "", 1).lstrip("+-").isdigit() or cell == "–"
 
 
 def _command(d: dict[str, Any]) -> str:
@@ -92,9 +134,7 @@ def page(results_dir: Path, out: Path) -> str:
              "run).</p>", "<h2>Logical clients: per-user methods</h2>"]
     if clients:
         parts.append(_command(clients))
-        parts.append(_table(["method", "dataset", "users", "upload", "nodes", "median round s", "up MB/round",
-                             "down MB/round", "ServerApp peak MB", "node process peak MB", "state MB", "HR@10",
-                             "load"], clients_rows(clients)))
+        parts.append(html_table("clients", clients))
         img = out / "img" / "scale.png"
         img.parent.mkdir(parents=True, exist_ok=True)
         plots.scale(clients["rows"], nodes["rows"] if nodes else [], img)
@@ -102,18 +142,11 @@ def page(results_dir: Path, out: Path) -> str:
     else:
         parts.append(missing.format(FILES["clients"]))
     parts.append("<h2>FedCA: exact and in blocks</h2>")
-    parts.append((_command(fedca) + _table(["users", "drawn", "block", "blocks", "server aggregation s",
-                                            "median round s", "state MB", "HR@10", "NDCG@10", "ΔHR@10 vs exact",
-                                            "load"], fedca_rows(fedca))) if fedca else missing.format(FILES["fedca"]))
+    parts.append((_command(fedca) + html_table("fedca", fedca)) if fedca else missing.format(FILES["fedca"]))
     parts.append("<h2>SuperNodes: the README's main job</h2>")
-    parts.append((_command(nodes) + _table(["SuperNodes", "median round s", "command s", "SuperLink CPU s",
-                                            "SuperLink peak MB", "node process peak MB", "NDCG@10", "load"],
-                                           nodes_rows(nodes))) if nodes else missing.format(FILES["nodes"]))
+    parts.append((_command(nodes) + html_table("nodes", nodes)) if nodes else missing.format(FILES["nodes"]))
     parts.append("<h3>The same job under docker compose up --scale supernode=N</h3>")
-    parts.append((_command(compose) + _table(["SuperNode containers", "median round s", "command s",
-                                              "SuperLink container peak MB", "SuperLink mean CPU %",
-                                              "largest SuperNode container MB", "all SuperNode containers MB",
-                                              "NDCG@10", "load"], compose_rows(compose)))
+    parts.append((_command(compose) + html_table("compose", compose))
                  if compose else missing.format(FILES["compose"]))
     parts.append("<h2>Flower's simulation on a Ray cluster</h2>")
     if ray:
