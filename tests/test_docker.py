@@ -239,7 +239,9 @@ def test_supernode_killed_and_restarted_mid_run(deploy):
     d = deploy()
     d.superlink()
     nodes = [d.supernode(i) for i in range(3)]
-    sub = d.submit("faults-node", rounds=8, nodes=3)
+    # rounds of this small job take about a second: enough of them that the restarted node has time
+    # to start and rejoin before the run ends
+    sub = d.submit("faults-node", rounds=30, nodes=3)
     log = d.runs / "faults-node" / "rounds.log"
     _wait_round(log, 2)
     victim = nodes[0]
@@ -255,9 +257,11 @@ def test_supernode_killed_and_restarted_mid_run(deploy):
              for r in rounds]
     print(f"drill A (killed at {time.monotonic() - t_kill:.0f} s before the end): round, replies, excluded, wall s "
           f"{table}")
-    assert s["status"] == "completed" and s["rounds_completed"] == 8
-    assert any(r["phases"][0]["excluded"] for r in rounds[1:4]), table          # the round in flight lost it
-    assert all(r["phases"][0]["replies"] == 2 for r in rounds[3:started_after]), table   # reassigned
+    assert s["status"] == "completed" and s["rounds_completed"] == 30
+    lost = next((i for i, r in enumerate(rounds) if r["phases"][0]["excluded"]), None)   # the round in flight
+    assert lost is not None and 1 <= lost <= started_after, table                        # lost its clients
+    assert all(r["phases"][0]["replies"] == 3 for r in rounds[:lost]), table
+    assert all(r["phases"][0]["replies"] == 2 for r in rounds[lost:started_after]), table   # reassigned
     assert any(r["phases"][0]["replies"] == 3 for r in rounds[started_after:]), table    # and back
     assert not any(p.get("state_lost") for r in rounds for p in r["phases"])   # the state volume followed
 
