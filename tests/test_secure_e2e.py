@@ -24,6 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SETS = ["num-rounds=1", "secagg=secaggplus", "fraction-train=1.0"]
 
 
+def _secagg_replies_sent(log: Path) -> int:
+    """How many secagg replies the SuperNode has sent (Flower logs "Sending: query.secagg ..." and,
+    once the SuperLink has it, "Sent successfully")."""
+    sent, pending = 0, False
+    for line in (log.read_text(errors="replace").splitlines() if log.exists() else []):
+        if "Sending: " in line:
+            pending = "Sending: query.secagg" in line
+        elif "Sent successfully" in line and pending:
+            sent, pending = sent + 1, False
+    return sent
+
+
 def test_secagg_over_tls_with_a_node_killed_after_key_sharing(tmp_path, data_dir):
     _need_tls_tools()
     certs = tmp_path / "certs"
@@ -58,7 +70,9 @@ def test_secagg_over_tls_with_a_node_killed_after_key_sharing(tmp_path, data_dir
         end = time.monotonic() + 300
         while time.monotonic() < end and run.poll() is None:
             shared = [p for p in state.glob("*/*/secagg-r1-n*.json") if json.loads(p.read_text() or "{}").get("keys")]
-            if len(shared) == 4:   # every node has shared its keys: node 1 dies now
+            # every node has made its shares and node 1's share reply has left it (its second secagg
+            # reply sent: setup, then share); it dies now, before it answers the train message
+            if len(shared) == 4 and _secagg_replies_sent(tmp_path / "node1.log") >= 2:
                 victim = nodes[1]
                 os.killpg(victim.pid, signal.SIGKILL)
                 break
