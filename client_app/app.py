@@ -9,6 +9,7 @@ starts a new ClientApp process) and checks every later message's ``cfg-hash`` ag
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -16,6 +17,7 @@ from flwr.clientapp import ClientApp
 
 from client_app import secure
 from client_app.host import NodeHost
+from corolla import methods
 from corolla.messages import (PROTOCOL_VERSION, ClientOut, Flat, PhaseReply, PhaseRequest, config_hash,
                               version_mismatch)
 from flower_io.records import from_records, to_records
@@ -65,11 +67,14 @@ def handle_flat(flat: Flat, node_config: dict, run_state: dict[str, Any]) -> Fla
         bad = version_mismatch(req.versions, node_versions())
         if bad:
             raise VersionMismatch(bad)
-    host = NodeHost(node_config, run_config(req, run_state), req.run)
-    if req.phase == "handshake":
-        return host.handshake(req.restore_round).encode()
+    cfg = run_config(req, run_state)
     if req.phase.startswith("secagg-"):
-        return secure.handle_query(req, host.store.dir)
+        return secure.handle_query(req, cfg, node_config, run_state)
+    t0 = time.perf_counter()
+    summed = secure.check_summed_phase(req, cfg, methods.lookup(cfg).secure_phase)
+    host = NodeHost(node_config, cfg, req.run)
+    if req.phase == "handshake":
+        return host.handshake(req.restore_round, req.nonce).encode()
     reply = PhaseReply()
     ev = req.evaluation
     if ev is not None and ev.when == "before":
@@ -78,8 +83,8 @@ def handle_flat(flat: Flat, node_config: dict, run_state: dict[str, Any]) -> Fla
     if req.clients:
         reply.results, reply.errors = _split(host.run_phase(req.phase, req.round, req.clients, req.shared,
                                                             req.personal))
-    if req.clients and req.secagg.get("secagg-cts") is not None:   # secure aggregation: one masked sum
-        secure.mask_reply(req, host.store.dir, reply)
+    if summed:   # secure aggregation: one masked vector for the node's clients, nothing in the clear
+        secure.mask_reply(req, cfg, run_state, reply, t0)
     if ev is not None and ev.when == "after":
         reply.eval_results, reply.eval_errors = _split(host.run_phase("evaluate", ev.round, ev.clients, ev.shared,
                                                                       ev.personal))

@@ -13,8 +13,11 @@ A node hosts the logical clients its node config selects:
   default ``1000000 + crc32(path content) % 1000000``).
 
 Other node-config keys: ``data-dir``, ``state-dir`` (where per-client state persists across
-messages; default: the run's ``state-dir``), ``device`` (``auto``/``cpu``/``cuda[:N]``) and
-``threads`` (torch threads, default 1).
+messages; default: the run's ``state-dir``), ``device`` (``auto``/``cpu``/``cuda[:N]``),
+``threads`` (torch threads, default 1), ``auth-key-file`` (the SuperNode's authentication key:
+the node proves it in its handshake and signs its secure-aggregation keys with it) and
+``trusted-keys`` (the operator's registered node keys, for secure aggregation against a malicious
+server: ``client_app/secure.py``).
 
 Fault injection (for tests and chaos drills): ``fault-nan = "3,4"`` makes those logical clients
 upload NaN in their first payload array, ``fault-shape = "5"`` uploads it with one row missing.
@@ -126,14 +129,20 @@ class NodeHost:
         if cid in parse_id_list(self.node_config.get("fault-shape", "")):
             res.payload[first] = res.payload[first][:-1]
 
-    def handshake(self, restore_round: int) -> NodeInfo:
+    def handshake(self, restore_round: int, nonce: str = "") -> NodeInfo:
         truncate(self.store, list(self.hosted), restore_round)
         hosted = {c: {"users": int(len(u)), "train": int(self.fed.count("train", u))} for c, u in self.hosted.items()}
         if self.fed.item_owner is not None:   # subgraph clients: their own item universe
             for c in self.hosted:
                 hosted[c]["items"] = int((self.fed.item_owner == c).sum())
-        return NodeInfo(hosted, int(self.fed.n_items), bool(self.edge_file), self.auto, self.fed.stats,
-                        str(self.node_config.get("auth-key", "")))
+        key, sig = "", ""
+        if self.node_config.get("auth-key-file"):   # prove the key: sign the run and the server's nonce
+            import base64
+
+            from corolla.secagg.identity import Signer, handshake_statement
+            signer = Signer(str(self.node_config["auth-key-file"]))
+            key, sig = signer.public, base64.b64encode(signer.sign(handshake_statement(self.run_key, nonce))).decode()
+        return NodeInfo(hosted, int(self.fed.n_items), bool(self.edge_file), self.auto, self.fed.stats, key, sig)
 
     def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
                   personal: dict[int, dict[str, np.ndarray]]):

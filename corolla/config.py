@@ -90,7 +90,7 @@ CORE: dict[str, Key] = {
                                      "rounds, then the unweighted mean over clients (the LPSFed code's 'Final "
                                      "Results'; needs report-per-client)", ("none", "client-best-mean")),
     "report-per-client": Key(False, "also report each logical client's metrics and their unweighted mean (silo methods: LPSFed)"),
-    # --- secure aggregation (flower_io/secagg.py; methods with secure_sum in corolla/methods/)
+    # --- secure aggregation (corolla/secagg/; methods with a secure_phase in corolla/methods/)
     "secagg": Key("none", "secure aggregation of the summed upload: 'secaggplus' = SecAgg+ over the nodes (the server "
                   "learns only the sum of the nodes' vectors; each node sums its own logical clients first)",
                   ("none", "secaggplus")),

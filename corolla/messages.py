@@ -17,15 +17,19 @@ A :class:`PhaseReply` holds ``payload`` (the hosted targeted clients' uploads, p
 ``results`` (``metrics``: JSON ``{cid: {"num-examples": n, "valid/<metric>": [per-user values],
 ...}}``; ``errors``: JSON ``{cid: traceback}`` of the clients that raised). The handshake reply
 (:class:`NodeInfo`) is ``node``: ``hosted`` (JSON ``{cid: {"users", "train"[, "items"]}}``),
-``n-items``, ``edge``, ``auto``, ``data-stats`` and, from an authenticating SuperNode, ``key`` (its
-public key's SHA256 fingerprint). The handshake request also carries ``versions`` (JSON: message
-``protocol``, ``corolla``, ``flwr``), which the node checks (:func:`version_mismatch`).
+``n-items``, ``edge``, ``auto``, ``data-stats`` and, from a node with a key (node config
+``auth-key-file``: an authenticating SuperNode's key), ``key`` (its OpenSSH public key) and
+``key-sig`` (its signature of the run and the request's ``nonce``, which the server checks). The
+handshake request also carries ``versions`` (JSON: message ``protocol``, ``corolla``, ``flwr``),
+which the node checks (:func:`version_mismatch`).
 
 **Secure aggregation** (``secagg``): the ``secagg-*`` config entries of a request
 (:attr:`PhaseRequest.secagg`: round, SecAgg id, parameters, and per phase the keys, ciphertexts,
 active/dropped lists or the layout of the summed vector), and a reply's ``secagg`` record (public
-keys, ciphertexts or shares as base64 text; in the summed phase ``masked``, the node's masked
-vector, instead of any ``payload``). ``server_app/secure.py`` and ``client_app/secure.py``.
+keys, ciphertexts, signatures or shares as base64 text; in the summed phase ``masked``, the
+node's masked vector, and ``secagg-info`` — the ids of its clients that raised and its compute
+time — instead of any ``payload`` or per-client metric). ``server_app/secure.py`` and
+``client_app/secure.py``; the protocol is ``corolla.secagg``.
 
 **Fused evaluation** (:class:`EvalPart`): a phase message may also carry the evaluation of a
 round, so that a round costs one exchange per node: config ``eval-round``, ``eval-clients``,
@@ -53,7 +57,7 @@ Arrays = dict[str, np.ndarray]
 Flat = dict[str, dict[str, Any]]   # record name -> {key: scalar} or {key: ndarray}
 
 
-PROTOCOL_VERSION = 1   # this module's wire format; a node and a server must speak the same one
+PROTOCOL_VERSION = 2   # this module's wire format (2: SecAgg+ under attack: signed keys, consistency check); a node and a server must speak the same one
 
 
 def version_mismatch(server: dict[str, str], node: dict[str, str]) -> str | None:
@@ -121,6 +125,7 @@ class PhaseRequest:
     cfg: dict[str, Any] | None = None   # the resolved run config: in the handshake only
     versions: dict[str, str] | None = None   # the server's protocol/Corolla/Flower: in the handshake only
     secagg: dict[str, Any] = field(default_factory=dict)   # secure aggregation's ``secagg-*`` config entries
+    nonce: str = ""   # the handshake's challenge: a node with a key signs it (``key-sig``)
 
     def encode(self) -> Flat:
         conf: dict[str, Any] = {"phase": self.phase, "round": int(self.round), "clients": json.dumps(self.clients),
@@ -129,6 +134,8 @@ class PhaseRequest:
             conf["cfg"] = json.dumps(self.cfg)
         if self.versions is not None:
             conf["versions"] = json.dumps(self.versions)
+        if self.nonce:
+            conf["nonce"] = self.nonce
         conf.update(self.secagg)
         flat: Flat = {"config": conf}
         if self.shared:
@@ -160,7 +167,7 @@ class PhaseRequest:
                    RunInfo.decode(conf), shared, unpack(flat["personal"]) if "personal" in flat else {},
                    int(conf.get("restore-round", 0)), ev, json.loads(conf["cfg"]) if "cfg" in conf else None,
                    json.loads(conf["versions"]) if "versions" in conf else None,
-                   {k: v for k, v in conf.items() if k.startswith("secagg-")})
+                   {k: v for k, v in conf.items() if k.startswith("secagg-")}, str(conf.get("nonce", "")))
 
     def bytes_down(self) -> int:
         """Bytes of the arrays this message carries (``corolla.protocol``): shared arrays once,
@@ -189,6 +196,7 @@ class PhaseReply:
     eval_errors: dict[int, str] = field(default_factory=dict)
     orphans: list[int] = field(default_factory=list)   # decoded payloads without metrics (dropped)
     secure: dict[str, Any] = field(default_factory=dict)   # secure aggregation: the node's part (``secagg``)
+    secure_info: dict[str, Any] = field(default_factory=dict)   # with it: ids that raised, node compute time
 
     def encode(self) -> Flat:
         flat: Flat = {}
@@ -206,6 +214,8 @@ class PhaseReply:
         flat["results"] = texts
         if self.secure:
             flat["secagg"] = dict(self.secure)
+        if self.secure_info:
+            flat["secagg-info"] = dict(self.secure_info)
         return flat
 
     @classmethod
@@ -234,6 +244,10 @@ class PhaseReply:
         if not isinstance(sec, dict):
             raise PayloadError("record 'secagg': expected a record")
         out.secure = dict(sec)
+        info = flat.get("secagg-info", {})
+        if not isinstance(info, dict):
+            raise PayloadError("record 'secagg-info': expected a record")
+        out.secure_info = dict(info)
         return out
 
     def clients(self) -> set[int]:
@@ -243,19 +257,22 @@ class PhaseReply:
 
 @dataclass
 class NodeInfo:
-    """A node's handshake reply: which logical clients it hosts (``auto``: can host) and its data."""
+    """A node's handshake reply: which logical clients it hosts (``auto``: can host) and its data;
+    from a node with a key (``auth-key-file``), the key and its signature of the handshake's nonce."""
     hosted: dict[int, dict[str, int]]
     n_items: int
     edge: bool = False
     auto: bool = False
     data_stats: dict[str, Any] = field(default_factory=dict)
-    key: str = ""     # sha256 of the SuperNode's public key when it authenticates (``auth-key``)
+    key: str = ""        # the node's public key (an OpenSSH line) when it has one
+    key_sig: str = ""    # base64 of its signature of (run, nonce): proof that it holds the key
 
     def encode(self) -> Flat:
         node = {"hosted": json.dumps({str(c): v for c, v in self.hosted.items()}), "n-items": int(self.n_items),
                 "edge": bool(self.edge), "auto": bool(self.auto), "data-stats": json.dumps(self.data_stats)}
         if self.key:
             node["key"] = self.key
+            node["key-sig"] = self.key_sig
         return {"node": node}
 
     @classmethod
@@ -275,5 +292,7 @@ class NodeInfo:
         stats = json.loads(info["data-stats"]) if "data-stats" in info else {}
         if not isinstance(stats, dict):
             raise PayloadError("data-stats: expected a JSON object")
-        return cls(hosted, n_items, bool(info.get("edge", False)), bool(info.get("auto", False)), stats,
-                   str(info.get("key", ""))[:200])
+        key, sig = info.get("key", ""), info.get("key-sig", "")
+        if not isinstance(key, str) or not isinstance(sig, str) or len(key) > 1024 or len(sig) > 512:
+            raise PayloadError("key / key-sig: expected an OpenSSH public key line and a base64 signature")
+        return cls(hosted, n_items, bool(info.get("edge", False)), bool(info.get("auto", False)), stats, key, sig)

@@ -9,7 +9,8 @@ killed while round r+2 is in flight resumes from r, and every client must still 
 of r. (Keeping one version lost it: a SuperLink restart under compose resumed with fresh client
 state, docker/faults.sh drill B.)
 
-State never lives in module globals: in deployment every message may start a new ClientApp
+Files are the node's user's only (0600 in a 0700 run folder): a client's model is its user's
+data. State never lives in module globals: in deployment every message may start a new ClientApp
 process, and the directory is what persists across them. The versions on disk are listed once
 per phase (:meth:`StateStore.refresh`, one directory scan) and kept up to date by this store's
 own saves: finding a client's versions by a listing per client costs O(clients²) per round
@@ -44,7 +45,9 @@ class StateStore:
             raise ValueError(f"run-key: expected a non-empty name without '/', got {run_key!r}")
         self.dir = Path(root) / run_key
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.dir.stat().st_uid == os.getuid() and self.dir.stat().st_mode & 0o077:
+                self.dir.chmod(0o700)   # a client's model is its user's data: the node's own user only
         except OSError as e:
             raise StateDirError(self.dir, "cannot create it", e) from None
 
@@ -79,7 +82,7 @@ class StateStore:
         previous versions as they were); a full disk or an unwritable directory raises
         :class:`StateDirError`, which fails this client's phase, not the node or the run."""
         try:
-            atomic_save_npz(self.dir / f"c{cid}.r{rnd}.npz", arrays)
+            atomic_save_npz(self.dir / f"c{cid}.r{rnd}.npz", arrays, private=True)
         except OSError as e:
             raise StateDirError(self.dir, f"cannot write logical client {cid}'s state of round {rnd}", e) from None
         vs = sorted(set(self._versions(cid)) | {rnd})

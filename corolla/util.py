@@ -29,15 +29,17 @@ def rng(*parts: Any) -> np.random.Generator:
     return np.random.default_rng(stable_seed(*parts))
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file in the same folder + rename)."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, private: bool = False) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file in the same folder + rename); a
+    ``private`` file is readable by its owner only (0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
+        if not private:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -59,11 +61,11 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
-def atomic_save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
-    """Save ``arrays`` as an uncompressed ``.npz`` atomically."""
+def atomic_save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray], private: bool = False) -> None:
+    """Save ``arrays`` as an uncompressed ``.npz`` atomically (``private``: mode 0600)."""
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue(), private)
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:

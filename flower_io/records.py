@@ -25,18 +25,24 @@ class TooLarge(ValueError):
     """A message whose arrays exceed the bound its receiver expects."""
 
 
-def check_size(rd: RecordDict, max_bytes: int | None) -> None:
+def check_size(rd: RecordDict, max_bytes: int | tuple[int, int] | None) -> None:
     """Raise :class:`TooLarge` when the arrays of ``rd`` hold more than ``max_bytes`` serialised
-    bytes: counted from the bytes Flower already holds, before any array is decoded, so that a
-    hostile reply costs no allocation beyond what arrived."""
+    bytes (a pair ``(arrays, text)`` also bounds the bytes of its text and scalar values): counted
+    from the bytes Flower already holds, before any array is decoded, so that a hostile reply
+    costs no allocation beyond what arrived."""
     if max_bytes is None:
         return
+    arrays, text = max_bytes if isinstance(max_bytes, tuple) else (max_bytes, None)
     n = record_bytes(rd)
-    if n > max_bytes:
-        raise TooLarge(f"reply carries {n} bytes of arrays, at most {max_bytes} expected")
+    if n > arrays:
+        raise TooLarge(f"reply carries {n} bytes of arrays, at most {arrays} expected")
+    if text is not None:
+        t = record_text_bytes(rd)
+        if t > text:
+            raise TooLarge(f"reply carries {t} bytes of text, at most {text} expected")
 
 
-def from_records(rd: RecordDict, max_bytes: int | None = None) -> dict[str, dict[str, Any]]:
+def from_records(rd: RecordDict, max_bytes: int | tuple[int, int] | None = None) -> dict[str, dict[str, Any]]:
     """The flat message of ``rd`` (:class:`TooLarge` above ``max_bytes`` bytes of arrays)."""
     check_size(rd, max_bytes)
     out: dict[str, dict[str, Any]] = {}
@@ -46,6 +52,17 @@ def from_records(rd: RecordDict, max_bytes: int | None = None) -> dict[str, dict
         else:
             out[name] = dict(rec)
     return out
+
+
+def record_text_bytes(rd: RecordDict) -> int:
+    """Bytes of every text, bytes and scalar value in a message's config and metric records."""
+    def size(v) -> int:
+        if isinstance(v, (str, bytes)):
+            return len(v)
+        if isinstance(v, list):
+            return sum(size(x) for x in v)
+        return 8
+    return sum(len(k) + size(v) for rec in rd.values() if not isinstance(rec, ArrayRecord) for k, v in rec.items())
 
 
 def record_bytes(rd: RecordDict) -> int:

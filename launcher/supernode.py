@@ -31,6 +31,7 @@ node.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -89,24 +90,12 @@ def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_known_args(argv)
 
 
-def key_fingerprint(private_key_path: str) -> str:
-    """``SHA256:...`` of the SuperNode's public key, as ``ssh-keygen -lf KEY.pub`` prints it."""
-    import base64
-    import hashlib
-    from pathlib import Path
-
-    from cryptography.hazmat.primitives import serialization
-
-    key = serialization.load_ssh_private_key(Path(private_key_path).expanduser().read_bytes(), password=None)
-    blob = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).split()[1]
-    return "SHA256:" + base64.b64encode(hashlib.sha256(base64.b64decode(blob)).digest()).decode().rstrip("=")
-
-
 def with_key_in_node_config(rest: list[str]) -> list[str]:
-    """``rest`` with ``auth-key="SHA256:..."`` added to ``--node-config`` when the SuperNode
-    authenticates (``--auth-supernode-private-key``): the node reports it in its handshake and
-    the run records it with the node's assignment. An unreadable key is left to Flower's own
-    error."""
+    """``rest`` with ``auth-key-file="<absolute path>"`` added to ``--node-config`` when the
+    SuperNode authenticates (``--auth-supernode-private-key``): its ClientApps prove that key in
+    the handshake (the run records the node's key fingerprint with its assignment) and sign their
+    secure-aggregation round keys with it (``client_app/secure.py``). The key stays where it is: only
+    its path travels, within the node."""
     path = None
     for i, a in enumerate(rest):
         if a == "--auth-supernode-private-key" and i + 1 < len(rest):
@@ -115,17 +104,16 @@ def with_key_in_node_config(rest: list[str]) -> list[str]:
             path = a.split("=", 1)[1]
     if not path:
         return rest
-    try:
-        entry = f'auth-key="{key_fingerprint(path)}"'
-    except (OSError, ValueError, TypeError, IndexError):
-        return rest
+    entry = f'auth-key-file={json.dumps(os.path.abspath(os.path.expanduser(path)))}'
     out = list(rest)
     for i, a in enumerate(out):
         if a == "--node-config" and i + 1 < len(out):
-            out[i + 1] = f"{out[i + 1]} {entry}".strip()
+            if "auth-key-file" not in out[i + 1]:
+                out[i + 1] = f"{out[i + 1]} {entry}".strip()
             return out
         if a.startswith("--node-config="):
-            out[i] = f"{a} {entry}"
+            if "auth-key-file" not in a:
+                out[i] = f"{a} {entry}"
             return out
     return [*out, "--node-config", entry]
 

@@ -12,7 +12,9 @@ raised, is logged with its id and excluded, never crashes the run.
 
 from __future__ import annotations
 
+import json
 import math
+import secrets
 import time
 from dataclasses import dataclass, field
 from logging import WARNING
@@ -105,13 +107,14 @@ class Exchanger:
         self.restore_round = 0        # a node that joins drops client state newer than this round
         self.reply_evals: dict[int, ClientResult] = {}   # this round's metrics sent with training
         self.trained: dict[int, int] = {}   # client -> the last round its ``train`` result was accepted
+        self.left_out: list[dict[str, Any]] = []   # the last phase's targets not sent (secure aggregation)
         self._bound: float | None = None    # this phase's bound on num-examples
 
     # ------------------------------------------------------------------ requests
     def handshake_request(self) -> dict:
         """The handshake message: the only one that carries the run config."""
         return PhaseRequest("handshake", 0, [], self.run, restore_round=self.restore_round, cfg=self.cfg,
-                            versions=versions()).encode()
+                            versions=versions(), nonce=secrets.token_hex(16)).encode()
 
     def handshake(self, node_ids: list[int]) -> None:
         self.roster.handshake(self.transport, node_ids, self.handshake_request, self.cfg["phase-timeout"])
@@ -124,6 +127,7 @@ class Exchanger:
         """Requests ``(node, request)`` for ``targets`` (and the evaluation ``ev`` carried with
         them); returns (requests, bytes down)."""
         out: list[tuple[int, PhaseRequest]] = []
+        left_out = self.left_out = []   # targets not sent (secure aggregation), with the reason
         tset = set(targets)
         eset = set(ev.targets) if ev is not None else set()
         how = "none"
@@ -134,12 +138,23 @@ class Exchanger:
             mine = [c for c in cids if c in tset or c in eset]
             if node in self.roster.dead_nodes or not mine:
                 continue
-            for chunk in ([mine[i:i + cpm] for i in range(0, len(mine), cpm)] if cpm > 0 else [mine]):
+            sec = secure.collect_config(node) if secure is not None else None
+            # a secure phase is one message per node (one masked vector per node and round), and none
+            # of its clients' training for a node that did not complete the key sharing
+            for chunk in ([mine[i:i + cpm] for i in range(0, len(mine), cpm)] if cpm > 0 and secure is None
+                          else [mine]):
                 train = [c for c in chunk if c in tset]
                 evs = [c for c in chunk if c in eset]
+                if secure is not None and sec is None and train:
+                    for c in train:
+                        left_out.append({"client": c, "node": node, "reason": "secagg: its node did not complete "
+                                         "the key sharing; it gets no message of the phase"})
+                    train = []
+                    if not evs:
+                        continue
                 req = PhaseRequest(phase, rnd, train, self.run, restore_round=self.restore_round,
                                    personal={c: personal[c] for c in train if personal.get(c)},
-                                   secagg=secure.collect_config(node) if secure is not None and train else {})
+                                   secagg=sec if sec is not None and train else {})
                 if shared and (train or (evs and how == "global")):
                     req.shared = shared
                 if evs:
@@ -181,7 +196,7 @@ class Exchanger:
 
     def _client_result(self, phase: str, node: int, c: int,
                        reply_part: tuple[dict[int, ClientOut], dict[int, str]],
-                       stats: PhaseStats, secure: bool = False) -> ClientResult | None:
+                       stats: PhaseStats) -> ClientResult | None:
         """The validated result of logical client ``c`` (None: excluded, the reason in ``stats``)."""
         results, errors = reply_part
         if c in errors:
@@ -200,7 +215,7 @@ class Exchanger:
             if bad is not None:
                 raise PayloadError(f"metric {bad[:60]!r}: expected finite numbers")
             if phase not in ("evaluate", "topk"):
-                validate_payload(payload, {} if secure else self.strategy.expected_payload(phase, c))
+                validate_payload(payload, self.strategy.expected_payload(phase, c))
                 if phase in self.strategy.counted_phases and "num-examples" not in mets:
                     raise PayloadError(f"num-examples: missing (phase {phase} weights by it)")
                 n = mets.get("num-examples", 0)
@@ -213,6 +228,25 @@ class Exchanger:
             self._exclude(stats, node, c, f"invalid payload: {e}")
             return None
         return ClientResult(payload, mets)
+
+    @staticmethod
+    def _secure_reply(secure, node: int, cids: list[int], reply: PhaseReply) -> tuple[set[int], str | None]:
+        """The clients that raised on ``node`` and None when its secure reply is taken (its masked
+        vector added to the sum), else ``(set(), why not)``. A reply that carries any client's
+        upload or metrics is not taken: a node in a secure phase sends nothing in the clear."""
+        if reply.results or reply.errors or reply.orphans:
+            return set(), "it sent per-client uploads or metrics in a secure phase"
+        try:
+            failed = json.loads(reply.secure_info.get("failed", "[]"))
+        except (TypeError, ValueError):
+            failed = None
+        if not isinstance(failed, list) or not set(failed) <= set(cids) or len(set(failed)) != len(failed):
+            return set(), "its list of clients that raised is not a list of its clients"
+        comp = reply.secure_info.get("compute-s", 0.0)
+        if not _finite(comp) or comp < 0:
+            return set(), "its compute time is not a number"
+        why = secure.add_masked(node, reply.secure.get("masked"))
+        return (set(failed), None) if why is None else (set(), why)
 
     def parse(self, phase: str, sent: list[tuple[int, PhaseRequest]], replies, stats: PhaseStats,
               rnd: int = 0, secure=None) -> tuple[dict[int, ClientResult], dict[int, ClientResult]]:
@@ -273,18 +307,26 @@ class Exchanger:
                 if res is not None:
                     evals[c] = res
             if secure is not None and req.secagg:   # one masked vector for the node's clients
-                why = secure.add_masked(node, reply.secure.get("masked"))
-                if why is None:
-                    stats.bytes_up += secure.masked_bytes()
-                else:
+                failed, why = self._secure_reply(secure, node, cids, reply)
+                if why is not None:
                     log(WARNING, "node %s: its masked vector is not used in phase %s (%s); its clients %s are "
                         "excluded", node, phase, why, cids)
                     for c in cids:
                         self._exclude(stats, node, c, f"secagg: {why[:200]}")
+                    self.roster.flag(node, f"secure phase {phase}: {why[:120]}")
                     continue
+                stats.bytes_up += secure.masked_bytes()
+                stats.compute_s = max(stats.compute_s, float(reply.secure_info.get("compute-s", 0.0)))
+                for c in cids:
+                    if c in failed:   # its error text stays on its node
+                        self._exclude(stats, node, c, "raised on its node (secure aggregation: no detail leaves it)")
+                        continue
+                    out[c] = ClientResult({}, {})   # its upload is in the node's masked vector, never seen alone
+                    if phase == "train":
+                        self.trained[c] = rnd
+                continue
             for c in cids:
-                res = self._client_result(phase, node, c, (reply.results, reply.errors), stats,
-                                          secure is not None)
+                res = self._client_result(phase, node, c, (reply.results, reply.errors), stats)
                 if res is not None:
                     if phase not in ("evaluate", "topk"):
                         mets = {k: v for k, v in res.metrics.items() if k.startswith(("valid/", "test/"))}
@@ -298,9 +340,6 @@ class Exchanger:
                                 "node it came from)", c, node, rnd, start, self.trained[c])
                             stats.state_lost.append(c)
                         self.trained[c] = rnd
-                    if secure is not None:
-                        out[c] = res   # its upload is in the node's masked vector, never seen alone
-                        continue
                     try:   # the strategy's own checks of what it folds in (PayloadError: excluded)
                         out[c] = self.strategy.accept(phase, rnd, c, res)
                     except PayloadError as e:
@@ -317,6 +356,7 @@ class Exchanger:
         t0 = time.perf_counter()
         stats = PhaseStats(phase if ev is None else f"{phase}+evaluate")
         sent, stats.bytes_down = self.build(phase, rnd, targets, shared, personal, ev, secure)
+        stats.excluded += self.left_out
         limits = [self.expected_bytes(phase, r) if secure is None   # with secure: one masked vector per node
                   else secure.masked_bytes() + 512 * (len(r.clients) + 8) for _, r in sent]
         replies = self.transport.exchange([(n, r.encode()) for n, r in sent], message_type(phase),

@@ -145,9 +145,10 @@ class RoundLoop:
                     after_results = evals
                 if sec is not None:   # the unmasking, then the strategy folds in the mean
                     sec.collect_stats = stats
-                    mean, weight, nodes = sec.unmask()
-                    train_metrics.update(s.aggregate_secure(phase, rnd, mean, results))
-                    train_metrics.update({"secagg-nodes": nodes, "secagg-weight": weight})
+                    mean, mets, nodes = sec.unmask()
+                    train_metrics.update(s.aggregate_secure(phase, rnd, mean, mets))
+                    train_metrics.update({"secagg-nodes": nodes, "secagg-weight": mets["secagg-weight"],
+                                          "secagg-signed": mets["secagg-signed"]})
                     phase_stats += sec.stats[:2] + [stats] + sec.stats[2:]
                     continue
                 train_metrics.update(s.aggregate_phase(phase, rnd, results))

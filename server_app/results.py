@@ -214,6 +214,14 @@ class RunRecorder:
             out["data"] = self.data_stats
         if self.nodes_info is not None:
             out["nodes"] = self.nodes_info()
+        if self.cfg.get("secagg", "none") != "none":   # which threat model the run's aggregation held under
+            signed = [h["train"].get("secagg-signed") for h in self.history if "secagg-signed" in h["train"]]
+            out["secure_aggregation"] = {
+                "protocol": self.cfg["secagg"], "rounds": len(signed), "signed_rounds": int(sum(signed)),
+                "model": ("malicious server: round keys and survivor sets signed with the nodes' keys"
+                          if signed and all(signed) else
+                          "semi-honest server only: some or all nodes had no authentication key "
+                          "(node config auth-key-file / trusted-keys)")}
         last = self._evaluated()[-1] if self._evaluated() else None
         out["last_round_metrics"] = last["metrics"] if last else {}
         uses_compat = any(self.cfg[k] for k in ("compat-fedcia-metrics", "compat-ties-against-positive",

@@ -9,6 +9,7 @@ results; its state moves with it when the nodes share ``state-dir``.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from logging import INFO, WARNING
 from typing import Any
@@ -17,6 +18,8 @@ import numpy as np
 from flwr.common.logger import log
 
 from corolla.messages import NodeInfo
+from corolla.secagg.identity import fingerprint, handshake_statement, verify
+from corolla.secagg.primitives import SecAggError
 from server_app.transport import Transport
 
 
@@ -42,7 +45,7 @@ class Roster:
         self.data_stats: dict[str, Any] = {}           # the nodes' description of the data (partition)
         self.failures: dict[int, str] = {}             # node -> why its handshake failed
         self.flags: dict[int, list[str]] = {}          # node -> what it sent that it should not have
-        self.keys: dict[int, str] = {}                 # node -> the SuperNode key it reports (auth on)
+        self.keys: dict[int, str] = {}                 # node -> fingerprint of the key it proved holding
         self._auto_assigned: tuple[int, ...] = ()
 
     def flag(self, node: int, reason: str) -> None:
@@ -96,8 +99,19 @@ class Roster:
                 self.flag(node, why)
                 self.dead_nodes.add(node)
                 continue
-            if info.key:
-                self.keys[node] = info.key
+            if info.key:   # the node proves the key it reports: its signature of the run and our nonce
+                try:
+                    conf = msgs[idx][1]["config"]
+                    verify(info.key, handshake_statement(str(conf["run-key"]), str(conf.get("nonce", ""))),
+                           base64.b64decode(info.key_sig.encode(), validate=True), "its handshake key")
+                except (SecAggError, ValueError, KeyError) as e:
+                    why = f"its key proof does not hold ({e})"
+                    log(WARNING, "node %s: %s; ignored", node, why)
+                    self.failures[node] = why
+                    self.flag(node, why)
+                    self.dead_nodes.add(node)
+                    continue
+                self.keys[node] = fingerprint(info.key)
             if self.n_items and info.n_items != self.n_items:
                 log(WARNING, "node %s reports %d items, the run has %d; ignored", node, info.n_items, self.n_items)
                 self.dead_nodes.add(node)

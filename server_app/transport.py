@@ -9,7 +9,8 @@ and yields ``(message index, flat reply)`` as replies arrive (a failed message y
 string), so that a strategy can fold each reply into a running aggregate and drop it: server memory then does
 not grow with the number of nodes or logical clients.
 
-``limits`` (one per message, None: no bound) bound the bytes of arrays a reply may carry: a larger
+``limits`` (one per message, None: no bound) bound the bytes of arrays a reply may carry (a pair
+``(arrays, text)`` also bounds its text: the secure-aggregation queries, whose replies are text): a larger
 reply is not decoded and yields ``"rejected: ..."`` (``REJECTED_PREFIX``) instead, so that a node
 cannot make the server allocate more than a bounded multiple of what it expects. The bytes
 themselves have then already been received by Flower, whose SuperLink moves a message's arrays
@@ -32,8 +33,9 @@ TIMEOUT_PREFIX = "no reply within"
 REJECTED_PREFIX = "rejected:"
 
 
-def decode(rd, max_bytes: int | None) -> Flat | str:
-    """A reply's flat form, or ``"rejected: ..."`` when its arrays exceed ``max_bytes``."""
+def decode(rd, max_bytes: int | tuple[int, int] | None) -> Flat | str:
+    """A reply's flat form, or ``"rejected: ..."`` when its arrays (and, with a pair, its text)
+    exceed ``max_bytes``."""
     try:
         return from_records(rd, max_bytes)
     except TooLarge as e:
@@ -44,7 +46,7 @@ class Transport(Protocol):
     def node_ids(self) -> list[int]: ...
 
     def exchange(self, messages: list[tuple[int, Flat]], message_type: str, timeout: float,
-                 limits: list[int | None] | None = None) -> Iterator[tuple[int, Flat | str]]: ...
+                 limits: list[int | tuple[int, int] | None] | None = None) -> Iterator[tuple[int, Flat | str]]: ...
 
 
 class GridTransport:
@@ -57,7 +59,7 @@ class GridTransport:
         return sorted(int(n) for n in self.grid.get_node_ids())
 
     def exchange(self, messages: list[tuple[int, Flat]], message_type: str, timeout: float,
-                 limits: list[int | None] | None = None) -> Iterator[tuple[int, Flat | str]]:
+                 limits: list[int | tuple[int, int] | None] | None = None) -> Iterator[tuple[int, Flat | str]]:
         msgs = [Message(content=to_records(c), dst_node_id=n, message_type=message_type) for n, c in messages]
         ids = list(self.grid.push_messages(msgs))
         node_of = {mid: i for i, mid in enumerate(ids)}  # message id -> index in ``messages``

@@ -114,9 +114,10 @@ class CorollaStrategy:
         return None
 
     def aggregate_secure(self, phase: str, rnd: int, mean: dict[str, np.ndarray],
-                         results: dict[int, ClientResult]) -> dict[str, Any]:
-        """*hook*: the phase's aggregate from the securely summed ``mean`` (``results``: the
-        clients' metrics, no payloads); returns the round's train metrics."""
+                         metrics: dict[str, float]) -> dict[str, Any]:
+        """*hook*: the phase's aggregate from the securely summed ``mean``; ``metrics`` are the
+        securely summed ones (``clients``: how many were summed, ``train-loss``: their mean loss —
+        no client's own value reaches the server); returns the round's train metrics."""
         raise NotImplementedError(f"{type(self).__name__} has no secure aggregation")
 
     def accept(self, phase: str, rnd: int, cid: int, result: ClientResult) -> ClientResult:

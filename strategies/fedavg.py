@@ -101,11 +101,9 @@ class FedAvg(CorollaStrategy):
     def secure_layout(self, phase, rnd):
         return {k: v.shape for k, v in self.global_params.items()} if phase == "train" else None
 
-    def aggregate_secure(self, phase, rnd, mean, results):
+    def aggregate_secure(self, phase, rnd, mean, metrics):
         self.global_params = {k: mean[k].astype(self.global_params[k].dtype) for k in self.global_params}
-        losses = [r.metrics.get("train-loss", float("nan")) for r in results.values()]
-        return {"train-loss": float(np.nanmean(losses)) if np.isfinite(losses).any() else float("nan"),
-                "clients": len(results)}
+        return {"train-loss": metrics["train-loss"], "clients": metrics["clients"]}
 
     def state_dict(self):
         return {f"global/{k}": v for k, v in self.global_params.items()}

@@ -73,9 +73,9 @@ class FedCIAGFCF(CorollaStrategy):
     def secure_layout(self, phase, rnd):
         return {"filter": (self.n_items, self.n_items)} if phase == "upload" else None
 
-    def aggregate_secure(self, phase, rnd, mean, results):
+    def aggregate_secure(self, phase, rnd, mean, metrics):
         self.f_agg = mean["filter"].astype(np.float32)
-        return {"clients": len(results)}
+        return {"clients": metrics["clients"]}
 
     def state_dict(self):
         return {"f_agg": self.f_agg} if self.f_agg is not None else {}
@@ -135,10 +135,9 @@ class FedCIAParam(CorollaStrategy):
     def secure_layout(self, phase, rnd):
         return {"sim": (self.n_items, self.n_items)} if phase == "train" else None
 
-    def aggregate_secure(self, phase, rnd, mean, results):
+    def aggregate_secure(self, phase, rnd, mean, metrics):
         self.c_s = mean["sim"].astype(np.float32)
-        losses = [r.metrics.get("train-loss", np.nan) for r in results.values()]
-        return {"clients": len(results), "train-loss": float(np.nanmean(losses)) if losses else float("nan")}
+        return {"clients": metrics["clients"], "train-loss": metrics["train-loss"]}
 
     def configure_phase(self, phase, rnd, targets):
         if phase == "finetune" and self.c_s is not None:

@@ -156,10 +156,10 @@ def test_a_full_disk_on_one_node_fails_only_its_clients(tmp_path, data_dir, monk
 
     real = state.atomic_save_npz
 
-    def save(path, arrays):
+    def save(path, arrays, private=False):
         if "full-disk" in str(path):
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, arrays)
+        return real(path, arrays, private)
 
     monkeypatch.setattr(state, "atomic_save_npz", save)
     s = _run_with_node_state(tmp_path, data_dir, str(tmp_path / "full-disk"), "full")

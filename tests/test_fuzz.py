@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corolla.config import resolve
-from corolla.messages import ClientOut, PhaseReply, RunInfo
+from corolla.messages import ClientOut, PhaseReply, PhaseRequest, RunInfo
 from corolla.protocol import validate_payload
 from flower_io.records import record_bytes, to_records
 from server_app.exchange import Exchanger
@@ -303,3 +303,176 @@ def test_a_malformed_handshake_costs_only_that_node():
 def test_each_client_case_alone_is_excluded_with_its_node(case):
     """The case list one by one (the generated test mixes them)."""
     test_hostile_replies_are_excluded_never_aggregated.hypothesis.inner_test({5: case}, {})
+
+
+# ------------------------------------------------------------------ secure aggregation messages
+SECAGG_NODES = {20: [0], 21: [1], 22: [2], 23: [3]}
+SECAGG_STEPS = ["setup", "share", "collect", "confirm", "unmask"]
+SECAGG_CASES = ["no-record", "empty", "int-for-text", "not-base64", "truncated", "huge-text", "swap-other-node",
+                "replay-previous", "extra-entries", "drop-entry", "flip-bytes", "wrong-type-array", "random-array",
+                "second-copy"]
+SECAGG_SHAPE = (6,)
+
+
+class _SecaggNet:
+    """Four nodes, each the real ClientApp secure-aggregation handler (``client_app.secure``) on
+    its own ``context.state``; node 23's replies are mutated as drawn; every reply passes Flower's
+    records and the transport's size bound, as on a SuperLink."""
+
+    def __init__(self, cfg, run, mutations, signed_nodes):
+        self.cfg, self.run, self.mut, self.nc = cfg, run, mutations, signed_nodes
+        self.states = {n: {} for n in SECAGG_NODES}
+        self.last: dict[tuple[int, str], dict] = {}
+        self.xs = {n: np.random.default_rng(n).uniform(-0.5, 0.5, SECAGG_SHAPE) for n in SECAGG_NODES}
+
+    def node_ids(self):
+        return sorted(SECAGG_NODES)
+
+    def _mutate(self, node, step, flat):
+        case = self.mut.get(step) if node == 23 else None
+        if case is None:
+            return flat
+        rec = flat.get("secagg", {})
+        k = sorted(k for k in rec if k != "masked")[:1] or ["masked"]
+        key = k[0]
+        if case == "no-record":
+            return {}
+        if case == "empty":
+            return {"secagg": {}}
+        if case == "int-for-text" and key in rec:
+            rec[key] = 12345
+        elif case == "not-base64" and key in rec:
+            rec[key] = "%%%not base64%%%"
+        elif case == "truncated" and isinstance(rec.get(key), str):
+            rec[key] = rec[key][: len(rec[key]) // 2]
+        elif case == "huge-text":
+            rec["pad"] = "A" * 200_000
+        elif case == "swap-other-node" and (20, step) in self.last:
+            return self.last[(20, step)]
+        elif case == "replay-previous" and (23, "setup") in self.last and step != "setup":
+            return self.last[(23, "setup")]
+        elif case == "extra-entries" and isinstance(rec.get(key), str) and rec[key].startswith("{"):
+            d = json.loads(rec[key])
+            d["99"] = next(iter(d.values())) if d else "AAAA"
+            rec[key] = json.dumps(d)
+        elif case == "drop-entry" and isinstance(rec.get(key), str) and rec[key].startswith("{"):
+            d = json.loads(rec[key])
+            d.pop(sorted(d)[0], None) if d else None
+            rec[key] = json.dumps(d)
+        elif case == "flip-bytes" and isinstance(rec.get(key), str):
+            rec[key] = rec[key][::-1]
+        elif case == "wrong-type-array" and "masked" in rec:
+            rec["masked"] = rec["masked"].astype(np.float64)
+        elif case == "random-array" and "masked" in rec:
+            rec["masked"] = np.random.default_rng(3).integers(0, 1 << 32, rec["masked"].shape, dtype=np.int64)
+        elif case == "second-copy" and "masked" in rec:
+            flat["results"] = {"metrics": json.dumps({"3": {"num-examples": 1}})}
+        return flat
+
+    def exchange(self, messages, message_type, timeout, limits=None):
+        from client_app import secure as node_secure
+        from corolla.messages import ClientOut, PhaseRequest
+        for idx, (node, flat) in enumerate(messages):
+            req = PhaseRequest.decode(flat)
+            step = req.phase.removeprefix("secagg-") if req.phase.startswith("secagg-") else "collect"
+            try:
+                if step == "collect":
+                    c = SECAGG_NODES[node][0]
+                    reply = PhaseReply({c: ClientOut({"w": self.xs[node]}, {"num-examples": 1, "train-loss": 0.5})})
+                    node_secure.mask_reply(req, self.cfg, self.states[node], reply, 0.0)
+                    out = reply.encode()
+                else:
+                    out = node_secure.handle_query(req, self.cfg, self.nc.get(node, {}), self.states[node])
+            except Exception as e:  # noqa: BLE001 - a node that raises answers with an error
+                yield idx, f"error 2: {e}"
+                continue
+            self.last[(node, step)] = json.loads(json.dumps(out, default=lambda a: a.tolist()))
+            if "secagg" in self.last[(node, step)] and "masked" in out.get("secagg", {}):
+                self.last[(node, step)]["secagg"]["masked"] = out["secagg"]["masked"]
+            out = self._mutate(node, step, out)
+            if not isinstance(out, dict) or not _recordable(out):
+                yield idx, out
+                continue
+            yield idx, decode(to_records(out), limits[idx] if limits else None)
+
+
+class _SecaggStrategy:
+    secure_weighted = False
+
+    def secure_layout(self, phase, rnd):
+        return {"w": SECAGG_SHAPE}
+
+
+@pytest.fixture(scope="module")
+def secagg_keys(tmp_path_factory):
+    from tests.secagg_helpers import node_keys
+    keys, trust = node_keys(tmp_path_factory.mktemp("fuzz-keys"), 4)
+    return {n: {"auth-key-file": str(k), "trusted-keys": str(trust)} for n, k in zip(sorted(SECAGG_NODES), keys)}
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
+                                                                                     HealthCheck.function_scoped_fixture])
+@given(mutations=st.dictionaries(st.sampled_from(SECAGG_STEPS), st.sampled_from(SECAGG_CASES), max_size=2),
+       signed=st.booleans())
+def test_hostile_secure_aggregation_replies_exclude_the_node_never_give_a_wrong_sum(mutations, signed, secagg_keys):
+    """One node of four sends hostile secure-aggregation replies (any step, any of the cases,
+    one or two steps at once), signed round or not: the server never raises anything but a
+    clear ``SecAggError``, and when the round completes its mean is the mean of the vectors it
+    says it summed, within the quantisation bound."""
+    from corolla.secagg import SecAggError
+    from server_app.secure import SecureRound
+
+    cfg = resolve("fedavg-mf-ml100k", {"secagg": "secaggplus", "secagg-clip": 1.0})
+    run = RunInfo("fuzz-secagg", "h")
+    roster = Roster()
+    roster.n_items = 12
+    for node, cids in SECAGG_NODES.items():
+        roster.nodes[node] = list(cids)
+        roster.clients[cids[0]] = {"users": 1, "train": 10, "node": node}
+    net = _SecaggNet(cfg, run, mutations, secagg_keys if signed else {})
+    strategy = _SecaggStrategy()
+    ex = Exchanger(strategy, roster, net, run, dict(cfg))
+    try:
+        sec = SecureRound(ex, "train", 1, [0, 1, 2, 3])
+        sec.setup_and_share()
+        msgs = []
+        for node in sorted(SECAGG_NODES):
+            conf = sec.collect_config(node)
+            if conf is not None:
+                msgs.append((node, PhaseRequest("train", 1, SECAGG_NODES[node], run, secagg=conf)))
+        taken = []
+        for idx, rep in net.exchange([(n, r.encode()) for n, r in msgs], "train", 1.0,
+                                     [sec.masked_bytes() + 4096] * len(msgs)):
+            node = msgs[idx][0]
+            if isinstance(rep, str):
+                continue
+            try:
+                reply = PhaseReply.decode(rep)
+            except Exception:  # noqa: BLE001 - the exchanger excludes a malformed reply
+                continue
+            _, why = Exchanger._secure_reply(sec, node, SECAGG_NODES[node], reply)
+            if why is None:
+                taken.append(node)
+        mean, mets, n = sec.unmask()
+    except SecAggError:
+        return
+    summed = [u for u in sec.srv.survivors()]
+    expect = np.mean([net.xs[sec.node_of[u]] for u in summed], axis=0)
+    e = len(summed) * 2 * cfg["secagg-clip"] / (1 << cfg["secagg-bits"])
+    assert np.abs(mean["w"] - expect).max() <= e * (1 + 0.5) / (mets["secagg-weight"] - e) + 1e-9, (mutations, signed)
+    assert set(sec.node_of[u] for u in summed) == set(taken)
+    assert mets["clients"] == len(summed)
+
+
+def test_the_secure_aggregation_case_list_is_exercised():
+    assert len(set(SECAGG_CASES)) == len(SECAGG_CASES) == 14 and SECAGG_STEPS == ["setup", "share", "collect",
+                                                                                     "confirm", "unmask"]
+
+
+@pytest.mark.parametrize("step", SECAGG_STEPS)
+def test_each_secure_aggregation_case_alone(step, secagg_keys):
+    """Every case at every step, signed and unsigned, one at a time (the generated test mixes them)."""
+    inner = test_hostile_secure_aggregation_replies_exclude_the_node_never_give_a_wrong_sum.hypothesis.inner_test
+    for case in SECAGG_CASES:
+        for signed in (False, True):
+            inner({step: case}, signed, secagg_keys)

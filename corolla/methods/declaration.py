@@ -37,8 +37,13 @@ class Method:
     client_options: dict[str, Any] = field(default_factory=dict)    # class attributes of the client for this method
     heterogeneous: bool = False   # clients may train different models (``client-models``)
     requires: dict[str, Any] = field(default_factory=dict)  # core keys it trains with (checked by its harness)
-    secure_sum: bool = False   # its aggregate is a (weighted) sum: secagg = "secaggplus" is supported
+    secure_phase: str = ""     # the phase whose aggregate is a (weighted) sum: secagg = "secaggplus" sums it
     row_upload: bool = False   # one-user clients start each round from the global item table: item-upload = rows is lossless
+
+    @property
+    def secure_sum(self) -> bool:
+        """Secure aggregation (``secagg``) is supported: the method sums one phase's uploads."""
+        return bool(self.secure_phase)
 
     @property
     def label(self) -> str:

@@ -7,7 +7,7 @@ PROTOCOL = "As FedAvg (the global shared parameters down, each client's trained 
 
 METHODS = [
     Method("fcf", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FCF", "client_app.mf:FedAvgClient",
-           "unweighted mean of the shared parameters", secure_sum=True),
+           "unweighted mean of the shared parameters", secure_phase="train"),
     Method("fcf", "one-user", ("mf", "ncf"), "strategies.fedavg:FCF", "client_app.pmf:OneUserClient",
            "unweighted mean of the one-user clients' item tables", "FedCA Table 1 FCF row",
            client_options={"start_from": "global"}, row_upload=True),

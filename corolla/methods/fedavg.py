@@ -16,7 +16,7 @@ PROTOCOL = "Each round the server sends the global shared parameters (the item t
 
 METHODS = [
     Method("fedavg", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FedAvg", "client_app.mf:FedAvgClient",
-           "example-weighted mean of the shared parameters (item table, NCF tower)", "FedCIA Table 1 FedMF/FedNCF rows", secure_sum=True),
+           "example-weighted mean of the shared parameters (item table, NCF tower)", "FedCIA Table 1 FedMF/FedNCF rows", secure_phase="train"),
     Method("fedavg", "silo", ("lgcn",), "strategies.lpsfed:LPSFed", "client_app.lpsfed:LPSFedClient",
            "FedAvg-LGCN: the plain mean of the LGCN clients' MLPs (LPSFed's 'w/o per & bias')",
            "LPSFed Table 1 FedAvg row", key_owners=("lpsfed",), check=lgcn_check,

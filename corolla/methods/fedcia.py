@@ -31,9 +31,9 @@ PROTOCOL = "Parameter models: each round a client trains its model and uploads a
 METHODS = [
     Method("fedcia", "silo", ("gfcf",), "strategies.fedcia:FedCIAGFCF", "client_app.gfcf:GFCFClient",
            "one-shot upload of each client's GF-CF filter; the server sums them", "FedCIA Table 1 GF-CF row",
-           check=check_gfcf, keys=KEYS, secure_sum=True),
+           check=check_gfcf, keys=KEYS, secure_phase="upload"),
     Method("fedcia", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedcia:FedCIAParam",
            "client_app.fedcia:FedCIAParamClient",
            "item-item similarity of each client's item table summed on the server; fine-tuning towards it",
-           "FedCIA Table 1 MF/MLP/LightGCN rows", heterogeneous=True, keys=KEYS, secure_sum=True),
+           "FedCIA Table 1 MF/MLP/LightGCN rows", heterogeneous=True, keys=KEYS, secure_phase="train"),
 ]

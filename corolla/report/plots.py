@@ -101,25 +101,35 @@ def bytes_quality(points: list[tuple[str, float, float]], metric: str, path: Pat
 
 
 def secagg_cost(rows: list[dict[str, Any]], path: Path) -> None:
-    """Secure aggregation against the node count, one line per method: the upload phase's MB
-    (plain dashed, secure solid) and the seconds of the three added phases together."""
+    """Secure aggregation against the node count, one line per method (and keys: signed solid,
+    unsigned dotted): the upload phase's MB (plain dashed) and the seconds of the added phases."""
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    added = ("secagg-setup", "secagg-share", "secagg-confirm", "secagg-unmask")
     for preset in sorted({r["preset"] for r in rows}):
-        rs = sorted((r for r in rows if r["preset"] == preset), key=lambda r: r["nodes"])
-        n = [r["nodes"] for r in rs]
-        line, = a.plot(n, [r["up_secure_mb"] for r in rs], marker="o", label=f"{preset} secure")
-        a.plot(n, [r["up_plain_mb"] for r in rs], "--", color=line.get_color(), label=f"{preset} plain")
-        b.plot(n, [sum(r[f"{p}_s"] or 0 for p in ("secagg-setup", "secagg-share", "secagg-unmask")) for r in rs],
-               marker="o", color=line.get_color(), label=preset)
+        color = None
+        for signed in (False, True):
+            rs = sorted((r for r in rows if r["preset"] == preset and bool(r.get("signed")) == signed),
+                        key=lambda r: r["nodes"])
+            if not rs:
+                continue
+            n = [r["nodes"] for r in rs]
+            kind = "signed" if signed else "unsigned"
+            line, = a.plot(n, [r["up_secure_mb"] for r in rs], "-o" if signed else ":o", color=color,
+                           label=f"{preset} secure, {kind}")
+            color = line.get_color()
+            if not signed:
+                a.plot(n, [r["up_plain_mb"] for r in rs], "--", color=color, label=f"{preset} plain")
+            b.plot(n, [sum(r.get(f"{p}_s") or 0 for p in added) for r in rs], "-o" if signed else ":o",
+                   color=color, label=f"{preset}, {kind}")
     a.set_yscale("log")
     a.set_xscale("log", base=2)
     b.set_xscale("log", base=2)
     b.set_xlabel("nodes")
     b.set_ylabel("s")
-    b.set_title("setup + share + unmask, seconds", fontsize=10)
+    b.set_title("added exchanges (setup, share, confirm, unmask), seconds", fontsize=9)
     b.grid(alpha=0.3)
-    b.legend(fontsize=8)
+    b.legend(fontsize=7)
     _finish(fig, a, path, "upload phase, MB per round", "MB", "nodes")
 
 

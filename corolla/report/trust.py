@@ -23,7 +23,7 @@ from corolla.keys import ConfigError
 from corolla.report import plots
 
 FILES = {"secagg": "secagg-cost.json", "churn": "churn.json", "hostile": "hostile-node.json"}
-ADDED_PHASES = ("secagg-setup", "secagg-share", "secagg-unmask")
+ADDED_PHASES = ("secagg-setup", "secagg-share", "secagg-confirm", "secagg-unmask")
 
 
 def _read(path: Path, fields: tuple[str, ...]) -> dict[str, Any] | None:
@@ -58,7 +58,7 @@ def secagg_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
     for r in d["rows"]:
         summed = summed_phase(r)
         metric = "ndcg@10" if "ndcg@10" in r.get("metrics_plain", {}) else next(iter(r.get("metrics_plain", {})), "")
-        row = {"preset": r["preset"], "nodes": r["nodes"], "vector": r["vector"],
+        row = {"preset": r["preset"], "nodes": r["nodes"], "vector": r["vector"], "signed": bool(r.get("signed")),
                "up_plain_mb": r["plain_bytes_up"] / 1e6, "up_secure_mb": r["secure_bytes_up"] / 1e6,
                "diff": r["max_abs_diff"], "bound": r["bound"], "metric": metric,
                "plain": r.get("metrics_plain", {}).get(metric), "secure": r.get("metrics_secure", {}).get(metric),
@@ -79,15 +79,18 @@ def _num(v: Any, spec: str) -> str:
 def _secagg_html(d: dict[str, Any], out: Path) -> str:
     e = html.escape
     rows = secagg_rows(d)
-    head = ("<tr><th>method</th><th>nodes</th><th>vector</th><th>upload MB plain → secure</th>"
-            "<th>setup kB / s</th><th>share kB / s</th><th>summed phase, s plain → secure</th><th>unmask kB / s</th>"
+    head = ("<tr><th>method</th><th>nodes</th><th>keys</th><th>vector</th><th>upload MB plain → secure</th>"
+            "<th>setup kB / s</th><th>share kB / s</th><th>summed phase, s plain → secure</th>"
+            "<th>confirm kB / s</th><th>unmask kB / s</th>"
             "<th>max |aggregate − plain| ≤ bound</th><th>metric plain / secure</th></tr>")
     body = "".join(
-        f"<tr><td>{e(r['preset'])}</td><td class='num'>{r['nodes']}</td><td class='num'>{r['vector']:,}</td>"
+        f"<tr><td>{e(r['preset'])}</td><td class='num'>{r['nodes']}</td>"
+        f"<td>{'signed' if r['signed'] else 'unsigned'}</td><td class='num'>{r['vector']:,}</td>"
         f"<td class='num'>{r['up_plain_mb']:.1f} → {r['up_secure_mb']:.1f}</td>"
         f"<td class='num'>{_num(r['secagg-setup_kb'], '.1f')} / {_num(r['secagg-setup_s'], '.2f')}</td>"
         f"<td class='num'>{_num(r['secagg-share_kb'], '.1f')} / {_num(r['secagg-share_s'], '.2f')}</td>"
         f"<td class='num'>{e(r['summed_phase'])} {_num(r['sum_plain_s'], '.2f')} → {_num(r['sum_secure_s'], '.2f')}</td>"
+        f"<td class='num'>{_num(r['secagg-confirm_kb'], '.1f')} / {_num(r['secagg-confirm_s'], '.2f')}</td>"
         f"<td class='num'>{_num(r['secagg-unmask_kb'], '.1f')} / {_num(r['secagg-unmask_s'], '.2f')}</td>"
         f"<td class='num'>{r['diff']:.2e} ≤ {r['bound']:.2e}</td>"
         f"<td class='num'>{e(r['metric'])} {_num(r['plain'], '.4f')} / {_num(r['secure'], '.4f')}</td></tr>"
@@ -95,7 +98,10 @@ def _secagg_html(d: dict[str, Any], out: Path) -> str:
     (out / "img").mkdir(parents=True, exist_ok=True)
     plots.secagg_cost(rows, out / "img" / "secagg-cost.png")
     return (f"<p>One round in process per row (<code>{e(d.get('command', ''))}</code>); kB count the keys, "
-            "shares and ciphertexts as they travel. The aggregate must stay within the quantisation bound.</p>"
+            "shares, signatures and ciphertexts as they travel. <em>Signed</em>: every node signs its round keys and "
+            "the survivor set with its node key and checks its neighbours' (the malicious-server model; the "
+            "confirm exchange is the consistency round); <em>unsigned</em>: a semi-honest server only. The "
+            "aggregate must stay within the quantisation bound.</p>"
             f"<table>{head}{body}</table>"
             '<img src="img/secagg-cost.png" alt="secure aggregation: bytes and seconds per phase against nodes">')
 
