@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Corolla image entry point: one image, several roles. Started as root (the image's default), it
 # gives the writable volumes to a plain user (COROLLA_UID/COROLLA_GID, default 10001, or the owner
-# of a bind-mounted /runs), copies the TLS keys for that user, and runs the role as that user.
+# of a bind-mounted /runs), copies the TLS files it was given for that user, and runs the role as
+# that user.
 #
-#   superlink   flower-superlink (Fleet API 9092, Control API 8000); with COROLLA_CERTS (ca.crt,
-#               server.pem, server.key, keys/*.pub): TLS and SuperNode authentication, and it
-#               registers every public key in keys/ itself, then marks the claims volume ready
+#   superlink   flower-superlink (Fleet API 9092, Control API 8000). Published beyond the host
+#               (COROLLA_BIND not a loopback address) only with TLS. With COROLLA_CERTS (ca.crt,
+#               server.pem, server.key: no CA key, no node key): TLS and SuperNode authentication;
+#               it registers every public key that appears in COROLLA_NODE_KEYS and marks it in
+#               COROLLA_REGISTERED
 #   supernode   corolla supernode (flower-supernode with settable waits) with node config clients="auto" (or COROLLA_NODE_CONFIG);
-#               TLS when COROLLA_CERTS is set, with a node key of its own claimed from keys/
-#   register    (TLS) register every public key in COROLLA_CERTS/keys with a running SuperLink
+#               with COROLLA_CERTS (ca.crt only): TLS, and a node key pair it makes itself at its first
+#               start, in its own container; only the public key leaves it (COROLLA_NODE_KEYS), and
+#               the node trusts the keys there for secure aggregation (node config trusted-keys)
+#   register    (TLS) register every public key in COROLLA_NODE_KEYS with a running SuperLink
 #   submit      corolla run --superlink COROLLA_CONTROL (default superlink:8000), preset, rounds and
 #               overrides from COROLLA_PRESET, COROLLA_ROUNDS, COROLLA_SET; results in /runs
 #   anything else is executed as given (e.g. `corolla presets`, `bash`)
@@ -18,7 +23,8 @@ link_host=${COROLLA_SUPERLINK_HOST:-superlink}
 control=${COROLLA_CONTROL:-$link_host:8000}
 fleet=${COROLLA_FLEET:-$link_host:9092}
 certs=${COROLLA_CERTS:-}
-claims=${COROLLA_CLAIMS:-/claims}
+node_keys=${COROLLA_NODE_KEYS:-/node-keys}
+registered=${COROLLA_REGISTERED:-/registered}
 
 wait_tcp() {  # host:port, seconds
   python3 - "$1" "${2:-180}" <<'PY'
@@ -47,22 +53,42 @@ flwr_connection() {  # a flwr CLI connection named "corolla" to the Control API
   fi
 }
 
-claim_key() {  # one node key per container, claimed atomically in the shared claims volume
-  mkdir -p "$claims"
-  for pub in "$certs"/keys/*.pub; do
+refuse_insecure_bind() {  # the SuperLink published beyond this host only with TLS
+  case "${COROLLA_BIND:-127.0.0.1}" in 127.*|localhost|::1|"[::1]") return 0 ;; esac
+  [ -n "$certs" ] && return 0
+  echo "error: COROLLA_BIND=$COROLLA_BIND publishes the SuperLink beyond this host without TLS (anyone who reaches it joins as a node and runs apps through its Control API): add the TLS overlay (docker/compose.tls.yaml) or bind 127.0.0.1" >&2
+  exit 2
+}
+
+node_key() {  # this container's own node key pair, made at its first start; prints the private key's path
+  local dir="$HOME/node-key"
+  if [ ! -f "$dir/key" ]; then
+    mkdir -p "$dir" && chmod 700 "$dir"
+    python3 - "$dir/key" <<'PY'
+import os, sys
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+k = ec.generate_private_key(ec.SECP384R1())
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                             serialization.NoEncryption()))
+os.close(fd)
+pub = k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+open(sys.argv[1] + ".pub", "wb").write(pub + b"\n")
+PY
+  fi
+  echo "$dir/key"
+}
+
+register_keys() {  # register every public key in $node_keys not yet marked in $registered
+  for pub in "$node_keys"/*.pub; do
+    [ -f "$pub" ] || continue
     name=$(basename "$pub" .pub)
-    if mkdir "$claims/$name" 2>/dev/null; then
-      echo "$HOSTNAME" > "$claims/$name/owner"
-      echo "$certs/keys/$name"
-      return 0
-    fi
-    if [ "$(cat "$claims/$name/owner" 2>/dev/null)" = "$HOSTNAME" ]; then
-      echo "$certs/keys/$name"
-      return 0
+    [ -f "$registered/$name" ] && continue
+    if flwr supernode register "$pub" corolla >/dev/null 2>&1; then
+      touch "$registered/$name" && echo "registered node key $name"
     fi
   done
-  echo "no unclaimed node key left in $certs/keys (generate more with docker/certs.sh)" >&2
-  return 1
 }
 
 drop_root() {  # role args...: as root, prepare the volumes, then run this script again as a plain user
@@ -84,10 +110,13 @@ drop_root() {  # role args...: as root, prepare the volumes, then run this scrip
     fi
   done
   if [ -n "$certs" ]; then
-    mkdir -p "$claims"
-    if [ "$1" = superlink ]; then rm -rf "${claims:?}"/* "$claims/.registered"; fi   # a fresh key pool
-    chmod 1777 "$claims"   # the SuperLink's and the SuperNodes' users both write there
-    # the private keys are 0600 and owned by whoever made them: a copy this user alone can read
+    for d in "$node_keys" "$registered"; do   # fresh volumes become the user's (a read-only mount stays as it is)
+      if [ -d "$d" ] && [ "$(stat -c %u "$d")" = 0 ] && touch "$d/.w" 2>/dev/null; then
+        rm -f "$d/.w"; chown "$uid:$gid" "$d"
+      fi
+    done
+    # what this container was given (the SuperLink: its certificate and key; the others: ca.crt),
+    # copied for this user alone: a private key is 0600 and owned by whoever made it
     local copy=/tmp/corolla-certs
     rm -rf "$copy" && cp -rL "$certs" "$copy" && chown -R "$uid:$gid" "$copy" && chmod -R go-rwx "$copy"
     export COROLLA_CERTS=$copy
@@ -98,6 +127,7 @@ drop_root() {  # role args...: as root, prepare the volumes, then run this scrip
 }
 
 role=${1:-help}
+[ "$role" != superlink ] || refuse_insecure_bind
 case "$role" in superlink|supernode|register|submit) drop_root "$@" ;; esac
 certs=${COROLLA_CERTS:-}
 [ $# -gt 0 ] && shift
@@ -112,12 +142,13 @@ for d in /runs /state /cache; do   # a folder the user cannot write is one line 
 done
 case "$role" in
   superlink)
-    [ -z "$certs" ] || rm -rf "${claims:?}"/* "$claims/.registered" 2>/dev/null || true
     link_args=(--disable-runtime-dependency-installation --fleet-api-address 0.0.0.0:9092 --host 0.0.0.0 --port 8000)
     if [ -z "$certs" ]; then
       exec flower-superlink --insecure "${link_args[@]}" "$@"
     fi
-    # TLS: the SuperLink keeps registered keys in memory, so it registers the pool at every start
+    # TLS: the SuperLink keeps registered keys in memory, so every key is registered again at each
+    # start, and every key a SuperNode publishes later as it appears
+    rm -f "$registered"/* 2>/dev/null || true
     flower-superlink --ssl-ca-certfile "$certs/ca.crt" --ssl-certfile "$certs/server.pem" \
       --ssl-keyfile "$certs/server.key" --enable-supernode-auth "${link_args[@]}" "$@" &
     link_pid=$!
@@ -125,21 +156,26 @@ case "$role" in
     control=127.0.0.1:8000
     wait_tcp "$control"
     flwr_connection
-    for pub in "$certs"/keys/*.pub; do
-      flwr supernode register "$pub" corolla
+    while kill -0 "$link_pid" 2>/dev/null; do
+      register_keys
+      sleep 0.5
     done
-    touch "$claims/.registered"
     wait "$link_pid"
     ;;
   supernode)
     nc=${COROLLA_NODE_CONFIG:-clients=\"auto\" data-dir=\"/data\" state-dir=\"/state\"}
     wait_tcp "$fleet"
     if [ -n "$certs" ]; then
-      for _ in $(seq 1 240); do [ -f "$claims/.registered" ] && break; sleep 0.5; done
-      [ -f "$claims/.registered" ] || { echo "the SuperLink did not register the node keys" >&2; exit 1; }
-      key=$(claim_key)
+      key=$(node_key)
+      name=$(hostname)
+      # only the public key leaves this container: published for the SuperLink to register and
+      # for the other nodes to trust
+      cp "$key.pub" "$node_keys/.$name.pub.tmp" && mv "$node_keys/.$name.pub.tmp" "$node_keys/$name.pub"
+      for _ in $(seq 1 240); do [ -f "$registered/$name" ] && break; sleep 0.5; done
+      [ -f "$registered/$name" ] || { echo "the SuperLink did not register this node's key ($name)" >&2; exit 1; }
       tls=(--root-certificates "$certs/ca.crt" --auth-supernode-private-key "$key")
-      echo "SuperNode with key $(basename "$key")"
+      nc="$nc trusted-keys=\"$node_keys\""
+      echo "SuperNode $name with its own key $(python3 -c 'import sys; from corolla.secagg.identity import fingerprint; print(fingerprint(open(sys.argv[1]).read()))' "$key.pub")"
     else
       tls=(--insecure)
     fi
@@ -153,9 +189,8 @@ case "$role" in
     [ -n "$certs" ] || { echo "register: COROLLA_CERTS is not set" >&2; exit 2; }
     wait_tcp "$control"
     flwr_connection
-    for pub in "$certs"/keys/*.pub; do
-      flwr supernode register "$pub" corolla
-    done
+    mkdir -p "$registered" 2>/dev/null || true
+    register_keys
     ;;
   submit)
     wait_tcp "$control"
@@ -172,7 +207,7 @@ case "$role" in
     exec corolla run "${args[@]}" "$@"
     ;;
   help|--help|-h)
-    sed -n '2,17p' "$0"
+    sed -n '2,18p' "$0"
     ;;
   *)
     exec "$role" "$@"

@@ -62,7 +62,7 @@ PY
 
 echo "== TLS overlay, 3 SuperNodes"
 certs=$(mktemp -d)/certs
-docker/certs.sh "$certs" 8 >/dev/null
+docker/certs.sh "$certs" >/dev/null   # CA and SuperLink certificate; the SuperNodes make their own keys
 export COROLLA_CERTS_DIR=$certs
 run_compose 3 smoke-tls -f compose.yaml -f docker/compose.tls.yaml
 
@@ -86,8 +86,8 @@ ssh-keygen -q -t ecdsa -b 384 -N "" -C stranger -f "$certs/stranger"
 "${compose[@]}" -p "$project" -f compose.yaml -f docker/compose.tls.yaml up -d superlink \
   >"$logs/tls-refuse.log" 2>&1
 link=$("${compose[@]}" -p "$project" -f compose.yaml -f docker/compose.tls.yaml ps -q superlink)
-for _ in $(seq 1 120); do   # the SuperLink registers the key pool, then marks the claims volume
-  docker exec "$link" test -f /claims/.registered 2>/dev/null && break
+for _ in $(seq 1 120); do   # the SuperLink is up once its Control API answers
+  docker exec "$link" python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8000), 2)' 2>/dev/null && break
   sleep 1
 done
 network=$(docker network ls --format '{{.Name}}' | grep "^${project}_default$")

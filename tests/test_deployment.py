@@ -92,7 +92,9 @@ def test_compose_files_define_the_services_and_the_gpu_profile():
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
     for name in ("superlink", "supernode", "run"):
         assert tls["services"][name]["environment"]["COROLLA_CERTS"] == "/certs"
-    assert "node-claims:/claims" in tls["services"]["supernode"]["volumes"]   # one key per replica
+    # each replica makes its own key and publishes only its public key; the SuperLink registers it
+    assert "node-keys:/node-keys" in tls["services"]["supernode"]["volumes"]
+    assert "node-keys:/node-keys:ro" in tls["services"]["superlink"]["volumes"]
     tool = (["docker", "compose"] if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
             else ["docker-compose"]) if shutil.which("docker") else ["docker-compose"]
     if shutil.which(tool[0]) is None:
@@ -203,7 +205,8 @@ def _can_netns() -> str:
 def test_across_network_namespaces(tmp_path, data_dir):
     """The SuperLink, a shard node and an edge node in three network namespaces, each node
     reaching the SuperLink's namespace only through its own veth link (a bridge there), TLS and
-    SuperNode authentication on, running the exact commands of docs/deployment.md."""
+    SuperNode authentication on, running the exact commands of docs/deployment.md; the run
+    aggregates with SecAgg+ over the two stock SuperNodes, signed with their node keys."""
     why = _can_netns()
     if why:
         pytest.skip(why)
@@ -231,7 +234,7 @@ def test_across_network_namespaces(tmp_path, data_dir):
         rows = [line.split("\t") for line in open(f"{data_dir}/ml-100k/u.data") if line.startswith("1\t")]
         mine = tmp_path / "me.csv"
         mine.write_text("".join(f"{r[1]},{r[2]},{r[3].strip()}\n" for r in rows))
-        extra = " ".join(f"--set {s}" for s in SMALL + ["num-rounds=2"])
+        extra = " ".join(f"--set {s}" for s in SMALL + ["num-rounds=2", "secagg=secaggplus"])
         env = _env(LINK="10.231.0.1", CERTS=tmp_path / "certs", DATA=data_dir, MY_FILE=mine, RUNS=tmp_path / "runs",
                    EXTRA=extra)
 
@@ -266,8 +269,13 @@ def test_across_network_namespaces(tmp_path, data_dir):
         s = json.loads((tmp_path / "runs" / "across-machines" / "summary.json").read_text())
         rounds = [json.loads(x) for x in (tmp_path / "runs" / "across-machines" / "rounds.jsonl").read_text().splitlines()]
         assert s["status"] == "completed" and s["rounds_completed"] == 2
-        assert rounds[0]["clients"] == 21 and not rounds[0]["phases"][0]["excluded"]   # 20 shard clients + the edge user
-        assert rounds[0]["phases"][0]["replies"] == 2
+        train = next(p for p in rounds[0]["phases"] if p["name"] == "train")
+        assert rounds[0]["clients"] == 21 and not train["excluded"]   # 20 shard clients + the edge user
+        assert train["replies"] == 2
+        # stock flower-supernodes with their keys and the operator's list: signed secure aggregation
+        assert s["secure_aggregation"]["model"].startswith("malicious server"), s["secure_aggregation"]
+        assert rounds[0]["train"]["secagg-nodes"] == 2
+        assert all(v.get("key", "").startswith("SHA256:") for v in s["nodes"].values())
         assert rounds[-1]["users"]["test"] == 944
     finally:
         _kill(procs)

@@ -5,8 +5,10 @@ containers started, killed, restarted and inspected here, on a network this test
   wheelhouse; layers are cached, so a rebuild after a code change takes seconds);
 * a run with 3 SuperNode containers gives the metrics of the same run in process on 2 nodes, and
   every role runs as a non-root user;
-* TLS with SuperNode authentication: registered keys run, an unregistered key is refused, and
-  the run records each node's key fingerprint;
+* TLS with SuperNode authentication: each SuperNode makes its own key pair in its container and
+  only its public key is registered; each container holds only its own private key (listed); the
+  run is secure aggregation with signed round keys, records each node's key fingerprint, and an
+  unregistered key is refused;
 * a SuperNode killed after round 2 and started again after round 3: the run completes, the round
   in flight loses only that node's clients, the others take its block, and it rejoins (``docker/faults.sh`` drill A);
 * the SuperLink restarted mid-run: the submission fails, ``--resume`` from the checkpoint on the
@@ -67,14 +69,16 @@ def image(dk):
 
 
 class Deployment:
-    """A SuperLink, SuperNodes and submitters on a network of their own, as compose.yaml runs them."""
+    """A SuperLink, SuperNodes and submitters on a network of their own, as compose.yaml (and, with
+    ``certs``, docker/compose.tls.yaml) runs them: each container gets only the files its role needs."""
 
     def __init__(self, dk, image: str, data_dir: str, runs: Path, certs: Path | None = None):
         self.dk, self.image, self.data, self.runs, self.certs = dk, image, str(Path(data_dir).resolve()), runs, certs
         self.tag = uuid.uuid4().hex[:8]
         self.net = dk.networks.create(f"corolla-test-{self.tag}")
         self.state = dk.volumes.create(f"corolla-state-{self.tag}")
-        self.claims = dk.volumes.create(f"corolla-claims-{self.tag}")
+        self.keys = dk.volumes.create(f"corolla-node-keys-{self.tag}")
+        self.registered = dk.volumes.create(f"corolla-registered-{self.tag}")
         self.containers = []
 
     def _env(self, **kw):
@@ -84,24 +88,35 @@ class Deployment:
         env.update({k: str(v) for k, v in kw.items()})
         return env
 
-    def _vols(self, *extra):
-        v = {self.claims.name: {"bind": "/claims", "mode": "rw"}}
+    def _vols(self, role, *extra):
+        """As docker/compose.tls.yaml: the SuperLink its certificate, key and ca.crt, the public keys
+        read-only and the registration marks; a SuperNode ca.crt, the public keys (it publishes its
+        own) and the marks read-only; anything else ca.crt alone."""
+        v = {}
         if self.certs is not None:
-            v[str(self.certs)] = {"bind": "/certs", "mode": "ro"}
+            files = ("ca.crt", "server.pem", "server.key") if role == "superlink" else ("ca.crt",)
+            for f in files:
+                v[str(self.certs / f)] = {"bind": f"/certs/{f}", "mode": "ro"}
+            if role == "superlink":
+                v[self.keys.name] = {"bind": "/node-keys", "mode": "ro"}
+                v[self.registered.name] = {"bind": "/registered", "mode": "rw"}
+            elif role == "supernode":
+                v[self.keys.name] = {"bind": "/node-keys", "mode": "rw"}
+                v[self.registered.name] = {"bind": "/registered", "mode": "ro"}
         for host, bind, mode in extra:
             v[host] = {"bind": bind, "mode": mode}
         return v
 
-    def run(self, name, command, env=None, vols=(), **kw):
+    def run(self, name, command, env=None, vols=(), role="other", **kw):
         c = self.dk.containers.run(self.image, command, name=f"{name}-{self.tag}", detach=True,
                                    network=self.net.name, environment=self._env(**(env or {})),
-                                   volumes=self._vols(*vols), **kw)
+                                   volumes=self._vols(role, *vols), **kw)
         self.containers.append(c)
         return c
 
     def superlink(self):
         self.link = self.run("superlink", ["superlink"], vols=[(str(self.runs), "/runs", "rw")],
-                             hostname="superlink")
+                             hostname="superlink", role="superlink")
         self.net.disconnect(self.link)
         self.net.connect(self.link, aliases=["superlink"])
         return self.link
@@ -109,15 +124,15 @@ class Deployment:
     def supernode(self, i: int):
         return self.run(f"supernode{i}", ["supernode"], vols=[(self.data, "/data", "ro"),
                                                              (self.state.name, "/state", "rw")],
-                        restart_policy={"Name": "unless-stopped"})   # as compose.yaml
+                        restart_policy={"Name": "unless-stopped"}, role="supernode", hostname=f"supernode{i}")
 
-    def submit(self, name: str, rounds: int, nodes: int, resume: bool = False):
+    def submit(self, name: str, rounds: int, nodes: int, resume: bool = False, sets: str = SET):
         env = {"COROLLA_NODES": nodes}
         if resume:
             env["COROLLA_RESUME"] = name
         else:
             env.update(COROLLA_PRESET="fedavg-mf-ml100k", COROLLA_ROUNDS=rounds, COROLLA_RUN_NAME=name,
-                       COROLLA_SET=SET)
+                       COROLLA_SET=sets)
         return self.run(f"submit-{name}-{uuid.uuid4().hex[:4]}", ["submit"], env=env,
                         vols=[(str(self.runs), "/runs", "rw")])
 
@@ -136,7 +151,7 @@ class Deployment:
                 c.remove(force=True)
             except Exception:  # noqa: BLE001
                 pass
-        for x in (self.net, self.state, self.claims):
+        for x in (self.net, self.state, self.keys, self.registered):
             try:
                 x.remove()
             except Exception:  # noqa: BLE001
@@ -207,28 +222,58 @@ def test_supernode_containers_give_the_in_process_metrics_as_non_root(deploy, da
     assert s["metrics"] == json.loads((ref / "summary.json").read_text())["metrics"]
 
 
-def test_tls_registered_nodes_run_with_their_keys_recorded_and_a_stranger_is_refused(deploy, tmp_path):
-    if shutil.which("openssl") is None or shutil.which("ssh-keygen") is None:
-        _unavailable("needs openssl and ssh-keygen for the certificates")
+PRIVATE = r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
+
+
+def _private_keys(c) -> list[str]:
+    """Every file in the container's own file system that holds a private key (outside the
+    installed packages, whose test vectors are not keys of anyone's)."""
+    out = c.exec_run(["sh", "-c", f"grep -rlE -- '{PRIVATE}' / --exclude-dir=proc --exclude-dir=sys "
+                      "--exclude-dir=usr --exclude-dir=opt --exclude-dir=dev 2>/dev/null || true"]).output
+    return sorted(out.decode().split())
+
+
+def test_tls_each_container_holds_only_its_own_key_and_a_stranger_is_refused(deploy, tmp_path):
+    """docker/compose.tls.yaml's model: each SuperNode makes its key pair in its own container and
+    publishes only the public key; the SuperLink registers it and holds its own TLS key; the
+    submitter holds none; no container holds the CA key or another's key. The run is secure
+    aggregation with signed round keys (the nodes trust the published keys), each node's key
+    fingerprint recorded; a node whose key is not registered is refused."""
+    if shutil.which("openssl") is None:
+        _unavailable("needs openssl for the certificates")
     certs = tmp_path / "certs"
-    subprocess.run(["bash", "docker/certs.sh", str(certs), "3"], cwd=ROOT, check=True, capture_output=True)
-    assert all(oct(p.stat().st_mode)[-3:] == "600" for p in (certs / "keys").iterdir() if p.suffix != ".pub")
+    subprocess.run(["bash", "docker/certs.sh", str(certs)], cwd=ROOT, check=True, capture_output=True)
+    assert not (certs / "keys").exists() and (certs / "ca.key").exists()
     d = deploy(certs)
-    d.superlink()
-    for i in range(2):
-        d.supernode(i)
-    sub = d.submit("tls", rounds=1, nodes=2)
+    link = d.superlink()
+    nodes = [d.supernode(i) for i in range(2)]
+    sub = d.submit("tls", rounds=1, nodes=2, sets=f"{SET} secagg=secaggplus")
+    time.sleep(2)
+    seen = {"superlink": _private_keys(link), "submit": _private_keys(sub)}
     assert _wait_exit(sub, d) == 0, d.logs()
+    seen.update({f"supernode{i}": _private_keys(n) for i, n in enumerate(nodes)})
+    print("private keys each container holds:", json.dumps(seen))
+    assert seen["superlink"] and all(p.endswith("/server.key") for p in seen["superlink"]), seen
+    assert seen["submit"] == [], seen
+    for i in range(2):
+        assert seen[f"supernode{i}"] and all(p.endswith("/node-key/key") for p in seen[f"supernode{i}"]), seen
+    node_keys = {n.exec_run(["cat", f"/node-keys/supernode{i}.pub"]).output.decode().split()[1]
+                 for i, n in enumerate(nodes)}
+    assert len(node_keys) == 2      # two key pairs: each made its own
     s = _summary(d.runs, "tls")
+    assert s["status"] == "completed" and s["secure_aggregation"]["model"].startswith("malicious server"), s
     keys = sorted(v["key"] for v in s["nodes"].values() if "key" in v)
-    expected = sorted(subprocess.run(["ssh-keygen", "-lf", str(certs / "keys" / f"node{i}.pub")], capture_output=True,
-                                     text=True, check=True).stdout.split()[1] for i in range(3))
-    assert len(keys) == 2 and set(keys) <= set(expected), (keys, expected)
+    import base64
+    import hashlib
+    expected = sorted("SHA256:" + base64.b64encode(hashlib.sha256(base64.b64decode(k)).digest()).decode().rstrip("=")
+                      for k in node_keys)
+    assert keys == expected, (keys, expected)
+    stranger_key = tmp_path / "stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-C", "stranger", "-f",
-                    str(certs / "stranger")], check=True)
+                    str(stranger_key)], check=True)
     stranger = d.run("stranger", ["flower-supernode", "--root-certificates", "/certs/ca.crt",
-                                  "--auth-supernode-private-key", "/certs/stranger", "--superlink", "superlink:9092",
-                                  "--node-config", 'clients="auto"'])
+                                  "--auth-supernode-private-key", "/stranger/stranger", "--superlink", "superlink:9092",
+                                  "--node-config", 'clients="auto"'], vols=[(str(tmp_path), "/stranger", "ro")])
     rc = _wait_exit(stranger, d, timeout=180)
     log = stranger.logs().decode(errors="replace")
     assert rc != 0 and "code: 2004" in log, log[-2000:]
