@@ -1,6 +1,7 @@
 """Secure aggregation over the network: a TLS SuperLink with SuperNode authentication, 4
-``corolla supernode`` processes with registered keys, FedAvg-MF with ``secagg = "secaggplus"``;
-one SuperNode is SIGKILLed right after the key-sharing phase (once every node has written its
+``corolla supernode`` processes with registered keys that also sign their round keys and the
+survivor set (each trusts the registered public keys), FedAvg-MF with ``secagg = "secaggplus"``;
+one SuperNode is SIGKILLed right after the key-sharing phase (once every node has sent its
 shares). The round completes with the survivors' sum (3 masked vectors unmasked, the killed node's
 mask keys reconstructed from its neighbours' shares), and its metrics match the in-process secure
 run that loses the same node at the same point."""
@@ -51,7 +52,10 @@ def test_secagg_over_tls_with_a_node_killed_after_key_sharing(tmp_path, data_dir
             assert reg.returncode == 0, reg.stdout + reg.stderr
         nodes = []
         for i in range(4):
-            nc = f'partition-id={i} num-partitions=4 data-dir="{data_dir}" state-dir="{state / str(i)}"'
+            # each node: its own key (corolla supernode passes it on as auth-key-file) and the list of
+            # the registered public keys it trusts
+            nc = (f'partition-id={i} num-partitions=4 data-dir="{data_dir}" state-dir="{state / str(i)}" '
+                  f'trusted-keys="{certs / "keys"}"')
             nodes.append(subprocess.Popen(
                 [sys.executable, "-m", "launcher.supernode", "--idle-poll", "0.05", "--root-certificates",
                  f"{certs}/ca.crt", "--auth-supernode-private-key", f"{certs}/keys/node{i}", "--superlink",
@@ -69,10 +73,10 @@ def test_secagg_over_tls_with_a_node_killed_after_key_sharing(tmp_path, data_dir
         victim = None
         end = time.monotonic() + 300
         while time.monotonic() < end and run.poll() is None:
-            shared = [p for p in state.glob("*/*/secagg-r1-n*.json") if json.loads(p.read_text() or "{}").get("keys")]
-            # every node has made its shares and node 1's share reply has left it (its second secagg
-            # reply sent: setup, then share); it dies now, before it answers the train message
-            if len(shared) == 4 and _secagg_replies_sent(tmp_path / "node1.log") >= 2:
+            # every node's share reply has left it (its second secagg reply sent: setup, then share;
+            # the shares themselves live in the SuperNodes' memory, nothing is on disk); node 1 dies
+            # now, before it answers the train message
+            if all(_secagg_replies_sent(tmp_path / f"node{i}.log") >= 2 for i in range(4)):
                 victim = nodes[1]
                 os.killpg(victim.pid, signal.SIGKILL)
                 break
@@ -86,11 +90,12 @@ def test_secagg_over_tls_with_a_node_killed_after_key_sharing(tmp_path, data_dir
             {"phases": [{k: p[k] for k in ("name", "replies", "bytes_up", "bytes_down", "wall_s")} | {
                 "excluded": len(p["excluded"])} for p in rounds[0]["phases"]],
              "train": rounds[0]["train"], "metrics": s["metrics"]}))
-        assert names[:4] == ["secagg-setup", "secagg-share", "train", "secagg-unmask"], names
+        assert names[:5] == ["secagg-setup", "secagg-share", "train", "secagg-confirm", "secagg-unmask"], names
         assert rounds[0]["phases"][1]["replies"] == 4                   # all four shared their keys
         assert rounds[0]["train"]["secagg-nodes"] == 3                  # the survivors' sum
-        assert rounds[0]["phases"][3]["replies"] == 3
+        assert rounds[0]["phases"][3]["replies"] == 3 and rounds[0]["phases"][4]["replies"] == 3
         assert s["status"] == "completed"
+        assert s["secure_aggregation"]["model"].startswith("malicious server")   # signed keys, checked
         keys = [v.get("key") for v in s["nodes"].values()]
         assert sum(1 for k in keys if k and k.startswith("SHA256:")) == 4   # each node's key is recorded
     finally:
