@@ -20,6 +20,7 @@ from client_app.host import NodeHost
 from corolla import methods
 from corolla.messages import (PROTOCOL_VERSION, ClientOut, Flat, PhaseReply, PhaseRequest, config_hash,
                               version_mismatch)
+from corolla.round import Phase, SecAggStep, step
 from flower_io.records import from_records, to_records
 
 app = ClientApp()
@@ -63,31 +64,32 @@ def _split(out) -> tuple[dict[int, ClientOut], dict[int, str]]:
 def handle_flat(flat: Flat, node_config: dict, run_state: dict[str, Any]) -> Flat:
     """Pure message handler on flat messages (``corolla.messages``)."""
     req = PhaseRequest.decode(flat)
-    if req.phase == "handshake" and req.versions is not None:
+    kind = step(req.phase)   # a phase or a secure-aggregation step; anything else is refused
+    if kind == Phase.HANDSHAKE and req.versions is not None:
         bad = version_mismatch(req.versions, node_versions())
         if bad:
             raise VersionMismatch(bad)
     cfg = run_config(req, run_state)
-    if req.phase.startswith("secagg-"):
+    if isinstance(kind, SecAggStep):
         return secure.handle_query(req, cfg, node_config, run_state)
     t0 = time.perf_counter()
     summed = secure.check_summed_phase(req, cfg, methods.lookup(cfg).secure_phase)
     host = NodeHost(node_config, cfg, req.run)
-    if req.phase == "handshake":
+    if kind == Phase.HANDSHAKE:
         return host.handshake(req.restore_round, req.nonce).encode()
     reply = PhaseReply()
     ev = req.evaluation
     if ev is not None and ev.when == "before":
-        reply.eval_results, reply.eval_errors = _split(host.run_phase("evaluate", ev.round, ev.clients, ev.shared,
-                                                                      ev.personal))
+        reply.eval_results, reply.eval_errors = _split(host.run_phase(Phase.EVALUATE, ev.round, ev.clients,
+                                                                      ev.shared, ev.personal))
     if req.clients:
-        reply.results, reply.errors = _split(host.run_phase(req.phase, req.round, req.clients, req.shared,
-                                                            req.personal))
+        reply.results, reply.errors = _split(host.run_phase(kind, req.round, req.clients, req.shared,
+                                                            req.personal, req.control))
     if summed:   # secure aggregation: one masked vector for the node's clients, nothing in the clear
         secure.mask_reply(req, cfg, run_state, reply, t0)
     if ev is not None and ev.when == "after":
-        reply.eval_results, reply.eval_errors = _split(host.run_phase("evaluate", ev.round, ev.clients, ev.shared,
-                                                                      ev.personal))
+        reply.eval_results, reply.eval_errors = _split(host.run_phase(Phase.EVALUATE, ev.round, ev.clients,
+                                                                      ev.shared, ev.personal))
     return reply.encode()
 
 

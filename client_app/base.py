@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from corolla import methods
 from corolla import metrics as M
 from corolla.config import int_list
 from corolla.data import Federation
+from corolla.round import DEFAULT_CONTROL, Control
 
 
 @dataclass
@@ -32,10 +34,12 @@ class LogicalClient:
     """
 
     uses_torch = True   # False: the node does not import torch for this client (GF-CF)
+    control: Control = DEFAULT_CONTROL   # this message's typed fields for the client (``corolla.round``)
 
     def __init__(self, cfg: dict[str, Any], fed: Federation, cid: int, users: np.ndarray, device,
-                 data_dir: str | None = None):
+                 data_dir: str | None = None, params=None):
         self.cfg, self.fed, self.cid, self.users, self.device = cfg, fed, cid, users, device
+        self.p = params if params is not None else methods.run_params(cfg)   # the method's, typed
         self.data_dir = data_dir   # the node's dataset folder (side files: profiles, ...)
         self.ks = int_list(cfg, "topk")
         self.item_mask = None

@@ -43,10 +43,10 @@ def hash_items(items: np.ndarray, salt: int) -> np.ndarray:
 
 
 class ExpandedClient(LogicalClient):
-    def __init__(self, cfg, fed, cid, users, device, data_dir=None):
+    def __init__(self, cfg, fed, cid, users, device, data_dir=None, params=None):
         if len(users) != 1:
             raise ValueError(f"harness 'expanded': logical client {cid} holds {len(users)} users, expected 1")
-        super().__init__(cfg, fed, cid, users, device, data_dir)
+        super().__init__(cfg, fed, cid, users, device, data_dir, params)
         self.user = int(users[0])
         self.train_items = np.sort(fed.rows("train", self.user)).astype(np.int64)
 
@@ -60,7 +60,7 @@ class ExpandedClient(LogicalClient):
             seen[self.fed.rows(s, self.user)] = True
         pool = np.flatnonzero(~seen)
         g = rng(self.cfg["seed"], "negatives", self.cid, rnd)
-        k = min(self.cfg["neg-pool-size"], len(pool))
+        k = min(self.p.neg_pool_size, len(pool))
         return np.sort(g.choice(pool, size=k, replace=False)).astype(np.int64)
 
     # ------------------------------------------------------------------ setup

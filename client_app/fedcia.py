@@ -27,11 +27,11 @@ class FedCIAParamClient(ParamClient):
     def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
         model, new_state, loss, n = self.local_update(rnd, state, {})
         c = similarity(model.item.weight.detach().cpu().numpy())
-        b = self.cfg["laplace-scale"]
+        b = self.p.laplace_scale
         if b > 0:
             c = c + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, c.shape).astype(np.float32)
-        if self.cfg["fedcia-upload"] == "svd":
-            vh, s = svd_factors(c, self.cfg["svd-rank"] or self.cfg["dim"], self.cfg["fedcia-svd-solver"],
+        if self.p.fedcia_upload == "svd":
+            vh, s = svd_factors(c, self.p.svd_rank or self.cfg["dim"], self.p.fedcia_svd_solver,
                                 stable_seed(self.cfg["seed"], "svd", self.cid, rnd))
             payload = {"vh": vh, "s": s}
         else:
@@ -43,8 +43,8 @@ class FedCIAParamClient(ParamClient):
 
         e = torch.as_tensor(state["item.weight"], device=self.device)
         c_s = torch.as_tensor(shared["sim"], device=self.device)
-        e, loss = finetune(e, c_s, self.cfg["finetune-steps"], self.cfg["finetune-lr"],
-                           self.cfg["weight-decay"], self.cfg["finetune-loss"])
+        e, loss = finetune(e, c_s, self.p.finetune_steps, self.p.finetune_lr,
+                           self.cfg["weight-decay"], self.p.finetune_loss)
         new_state = dict(state)
         new_state["item.weight"] = e.cpu().numpy().astype(np.float32)
         return PhaseResult(metrics={"finetune-loss": loss}, state=new_state)
@@ -56,10 +56,12 @@ class FedCIAParamClient(ParamClient):
         import torch
 
         cfg = clients[0].cfg
+
+        prm = clients[0].p
         c_s = torch.as_tensor(shared["sim"], device=clients[0].device)
         es = [torch.as_tensor(st["item.weight"], device=clients[0].device) for st in states]
-        es, losses = finetune_many(es, c_s, cfg["finetune-steps"], cfg["finetune-lr"], cfg["weight-decay"],
-                                   cfg["finetune-loss"])
+        es, losses = finetune_many(es, c_s, prm.finetune_steps, prm.finetune_lr, cfg["weight-decay"],
+                                   prm.finetune_loss)
         out = []
         for st, e, loss in zip(states, es, losses):
             new_state = dict(st)

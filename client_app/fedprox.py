@@ -16,7 +16,7 @@ class FedProxClient(FedAvgClient):
     def penalty(self, model, shared: dict[str, np.ndarray]):
         if not shared:
             return None
-        mu = float(self.cfg["fedprox-mu"])
+        mu = float(self.p.fedprox_mu)
         params = dict(model.named_parameters())
         anchors = [(params[k], torch.as_tensor(v, device=self.device)) for k, v in shared.items()]
 

@@ -35,16 +35,16 @@ class GFCFClient(LogicalClient):
         """The ideal low-pass basis V, from the client's state or computed."""
         if "basis" in state:
             return state["basis"]
-        return ideal_basis(normalise(self.train_matrix())[0], self.cfg["svd-number"], self.cfg["gfcf-null-rows"])
+        return ideal_basis(normalise(self.train_matrix())[0], self.p.svd_number, self.p.gfcf_null_rows)
 
     def filter(self, basis: np.ndarray) -> np.ndarray:
-        return gfcf_filter(self.train_matrix(), self.cfg["svd-number"], self.cfg["gfcf-wp"],
-                           self.cfg["gfcf-null-rows"], basis=basis)
+        return gfcf_filter(self.train_matrix(), self.p.svd_number, self.p.gfcf_wp,
+                           self.p.gfcf_null_rows, basis=basis)
 
     def phase_upload(self, rnd, state, shared, personal) -> PhaseResult:
         v = self.basis(state)
         f = self.filter(v)
-        b = self.cfg["laplace-scale"]
+        b = self.p.laplace_scale
         if b > 0:
             f = f + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, f.shape).astype(np.float32)
         return PhaseResult(payload={"filter": f}, metrics={"num-examples": self.num_train}, state={"basis": v})
@@ -75,7 +75,7 @@ class GFCFClient(LogicalClient):
         r = self.train_matrix()[local_users]
         out = r @ self.filter(self.basis(state))
         if "filter" in shared:
-            out = out + self.cfg["agg-beta"] * (r @ shared["filter"])
+            out = out + self.p.agg_beta * (r @ shared["filter"])
         return out if items is None else np.take_along_axis(out, items, 1)
 
 

@@ -19,12 +19,15 @@ the node proves it in its handshake and signs its secure-aggregation keys with i
 ``trusted-keys`` (the operator's registered node keys, for secure aggregation against a malicious
 server: ``client_app/secure.py``).
 
-Fault injection (for tests and chaos drills): ``fault-nan = "3,4"`` makes those logical clients
-upload NaN in their first payload array, ``fault-shape = "5"`` uploads it with one row missing.
+A phase runs batched where the method's client class has ``batch_<phase>``; should the batch
+raise, the failure is logged and each client runs alone from the state it had before the phase
+(never from a state the batch saved: no client trains twice in a round). Test-only fault
+injection lives in ``tests/faults.py``, not here.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -36,9 +39,14 @@ import numpy as np
 
 from client_app import registry
 from client_app.base import LogicalClient, PhaseResult
+from corolla import methods
 from corolla.data import build_federation, edge_federation
 from corolla.messages import NodeInfo, RunInfo
+from corolla.round import DEFAULT_CONTROL, Control
 from corolla.state import StateStore, truncate
+from corolla.util import id_ranges
+
+log = logging.getLogger("corolla.node")
 
 
 def parse_id_list(text: str) -> list[int]:
@@ -70,6 +78,7 @@ class NodeHost:
         self.store = StateStore(state_root, self.run_key)
         self.threads = int(self.node_config.get("threads", 1))
         self._device = None
+        self._params = None   # the method's parameters, once per message (``corolla.methods.params``)
         self.edge_file = self.node_config.get("data-file")
         if self.edge_file:
             self.fed = edge_federation(self.edge_file, self.cfg, self.data_dir)
@@ -117,17 +126,10 @@ class NodeHost:
 
     def client(self, cid: int) -> LogicalClient:
         cls = registry.client_class(self.cfg)
+        if self._params is None:
+            self._params = methods.run_params(self.cfg)
         return cls(self.cfg, self.fed, cid, self.hosted[cid], self.device if cls.uses_torch else None,
-                   self.data_dir)
-
-    def _inject_fault(self, cid: int, res: PhaseResult) -> None:
-        if not res.payload:
-            return
-        first = sorted(res.payload)[0]
-        if cid in parse_id_list(self.node_config.get("fault-nan", "")):
-            res.payload[first] = np.full_like(res.payload[first], np.nan)
-        if cid in parse_id_list(self.node_config.get("fault-shape", "")):
-            res.payload[first] = res.payload[first][:-1]
+                   self.data_dir, self._params)
 
     def handshake(self, restore_round: int, nonce: str = "") -> NodeInfo:
         truncate(self.store, list(self.hosted), restore_round)
@@ -145,66 +147,79 @@ class NodeHost:
         return NodeInfo(hosted, int(self.fed.n_items), bool(self.edge_file), self.auto, self.fed.stats, key, sig)
 
     def run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
-                  personal: dict[int, dict[str, np.ndarray]]):
+                  personal: dict[int, dict[str, np.ndarray]], control: dict[int, Control] | None = None):
         """:meth:`_run_phase` with numpy's BLAS held to the node's ``threads`` as torch is (several
         nodes on one machine must not each start one BLAS thread per core)."""
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=self.threads):
-            return self._run_phase(phase, rnd, targets, shared, personal)
+            return self._run_phase(phase, rnd, targets, shared, personal, control or {})
+
+    def _client_for(self, cid: int, control: dict[int, Control]) -> LogicalClient:
+        lc = self.client(cid)
+        lc.control = control.get(cid, DEFAULT_CONTROL)
+        return lc
+
+    def _finish(self, cid: int, rnd: int, res: PhaseResult, loaded, state, seconds: float) -> PhaseResult:
+        """Persist a client's new state (or its fresh initial one) and stamp its reply."""
+        if res.state is not None:
+            self.store.save(cid, rnd, res.state)
+        elif loaded is None:
+            self.store.save(cid, rnd, state)
+        res.metrics["compute-s"] = seconds
+        res.metrics["state-round"] = loaded[0] if loaded is not None else 0   # 0: a fresh state
+        return res
 
     def _run_phase(self, phase: str, rnd: int, targets: list[int], shared: dict[str, np.ndarray],
-                   personal: dict[int, dict[str, np.ndarray]]):
+                   personal: dict[int, dict[str, np.ndarray]], control: dict[int, Control]):
         """Run ``phase`` for every targeted hosted client; returns ``{cid: PhaseResult | str(error)}``.
 
         If the method's client class defines ``batch_<phase>(clients, rnd, states, shared,
         personals)`` the hosted clients run that phase together (batched tensors over the node's
-        users); should the batch fail, each client is run alone so that the failure is attributed
-        to the client that caused it.
+        users); should the batch fail, the failure is logged and each client is run alone, from the
+        state loaded before the batch, so that the failure is attributed to the client that caused
+        it and no client trains twice.
         """
         targets = [c for c in targets if c in self.hosted]
         self.store.refresh()   # one listing of the state directory per phase
         out: dict[int, PhaseResult | str] = {}
         cls = registry.client_class(self.cfg)
+        loaded = {}   # each client's state before this phase
+        for c in targets:
+            try:
+                loaded[c] = self.store.load(c, rnd)
+            except Exception:  # noqa: BLE001 - an unreadable state fails that client only
+                out[c] = traceback.format_exc(limit=6)
+        targets = [c for c in targets if c in loaded]
         batch_fn = getattr(cls, f"batch_{phase}", None)
         if batch_fn is not None and len(targets) > 1:
             t0 = time.perf_counter()
             try:
-                clients = [self.client(c) for c in targets]
-                loaded = [self.store.load(c, rnd) for c in targets]
-                states = [ld[1] if ld is not None else lc.init_state() for ld, lc in zip(loaded, clients)]
+                clients = [self._client_for(c, control) for c in targets]
+                states = [loaded[c][1] if loaded[c] is not None else lc.init_state() for c, lc in zip(targets, clients)]
                 results = batch_fn(clients, rnd, states, shared, [personal.get(c, {}) for c in targets])
+            except Exception:  # one failing client must not take the node down: each runs alone
+                log.warning("batch of phase %s failed for clients %s; running each alone:\n%s", phase,
+                            id_ranges(targets), traceback.format_exc(limit=4))
+            else:
                 dt = (time.perf_counter() - t0) / len(targets)
-                for cid, st, ld, res in zip(targets, states, loaded, results):
-                    self._inject_fault(cid, res)
-                    if res.state is not None:
-                        self.store.save(cid, rnd, res.state)
-                    elif ld is None:
-                        self.store.save(cid, rnd, st)
-                    res.metrics["compute-s"] = dt
-                    res.metrics["state-round"] = ld[0] if ld is not None else 0
-                    out[cid] = res
+                for cid, st, res in zip(targets, states, results):
+                    try:
+                        out[cid] = self._finish(cid, rnd, res, loaded[cid], st, dt)
+                    except Exception:  # noqa: BLE001 - its state could not be saved: this client fails
+                        out[cid] = traceback.format_exc(limit=6)
                 return out
-            except Exception:
-                out = {}
         for cid in targets:
             t0 = time.perf_counter()
             try:
-                lc = self.client(cid)
-                loaded = self.store.load(cid, rnd)
-                state = loaded[1] if loaded is not None else lc.init_state()
+                lc = self._client_for(cid, control)
+                state = loaded[cid][1] if loaded[cid] is not None else lc.init_state()
                 fn = getattr(lc, f"phase_{phase}", None)
                 if fn is None:
                     raise ValueError(f"method '{self.cfg['method']}' has no client phase '{phase}'")
                 res = fn(rnd, state, shared, personal.get(cid, {}))
-                self._inject_fault(cid, res)
-                if res.state is not None:
-                    self.store.save(cid, rnd, res.state)
-                elif loaded is None:
-                    self.store.save(cid, rnd, state)
-                res.metrics["compute-s"] = time.perf_counter() - t0
-                res.metrics["state-round"] = loaded[0] if loaded is not None else 0   # 0: a fresh state
-                out[cid] = res
+                out[cid] = self._finish(cid, rnd, res, loaded[cid], state, time.perf_counter() - t0)
             except Exception:  # one failing logical client must not take the node down
                 out[cid] = traceback.format_exc(limit=6)
         return out
+

@@ -61,8 +61,8 @@ def kernel_similarity(k_ref: np.ndarray, k_client: np.ndarray, mode: str, eps: f
 class LPSFedClient(LogicalClient):
     """A spectral-subgraph client (``model = lgcn``; method ``lpsfed`` or ``fedavg``)."""
 
-    def __init__(self, cfg, fed, cid, users, device, data_dir=None):
-        super().__init__(cfg, fed, cid, users, device, data_dir)
+    def __init__(self, cfg, fed, cid, users, device, data_dir=None, params=None):
+        super().__init__(cfg, fed, cid, users, device, data_dir, params)
         if fed.item_owner is None:
             raise ValueError("model 'lgcn' needs partition='spectral' (each client's items are its own)")
         self.items = np.flatnonzero(self.item_mask)                 # global ids of its items
@@ -73,19 +73,21 @@ class LPSFedClient(LogicalClient):
         self.train_i = np.concatenate(tr) if tr else np.zeros(0, np.int64)
         if (self.train_i < 0).any():
             raise ValueError(f"client {cid}: a training item outside its own item set")
-        self.bias_aware = cfg["lpsfed-loss"] == "bc"
+        self.bias_aware = self.p.lpsfed_loss == "bc"
 
     # ------------------------------------------------------------------ model
     def model(self) -> L.LGCN:
         cfg = self.cfg
-        m = L.LGCN(len(self.users), len(self.items), cfg["dim"], cfg["lgcn-layers"], cfg["lgcn-phi"],
-                   cfg["lgcn-mlp"], bias=self.bias_aware)
+        prm = self.p
+        m = L.LGCN(len(self.users), len(self.items), cfg["dim"], prm.lgcn_layers, prm.lgcn_phi,
+                   prm.lgcn_mlp, bias=self.bias_aware)
         return m
 
     def basis(self) -> tuple[np.ndarray, np.ndarray, float]:
         """(P, λ, seconds spent computing them now: 0 when they came from the node's cache)."""
         cfg = self.cfg
-        key = hashlib.sha256(json.dumps([data_key(cfg), self.cid, cfg["lgcn-phi"]]).encode()).hexdigest()[:24]
+        prm = self.p
+        key = hashlib.sha256(json.dumps([data_key(cfg), self.cid, prm.lgcn_phi]).encode()).hexdigest()[:24]
         path = Path(default_cache()) / "lgcn" / f"{key}.npz"
         if path.is_file():
             try:
@@ -94,7 +96,7 @@ class LPSFedClient(LogicalClient):
             except Exception:  # a corrupt cache entry is recomputed
                 path.unlink(missing_ok=True)
         t0 = time.perf_counter()
-        p, lam = L.spectral_basis(len(self.users), len(self.items), self.train_u, self.train_i, cfg["lgcn-phi"],
+        p, lam = L.spectral_basis(len(self.users), len(self.items), self.train_u, self.train_i, prm.lgcn_phi,
                                   stable_seed(cfg["seed"], "lanczos", self.cid))
         dt = time.perf_counter() - t0
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -124,6 +126,7 @@ class LPSFedClient(LogicalClient):
 
     def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
         cfg = self.cfg
+        prm = self.p
         torch.manual_seed(stable_seed(cfg["seed"], "torch", self.cid, rnd))
         m = self.model()
         params = {k: v for k, v in state.items() if not k.startswith(("opt/", "margin"))}
@@ -136,7 +139,7 @@ class LPSFedClient(LogicalClient):
         margin_upd = float(personal["margin"][0]) if "margin" in personal else None
         shared_names = m.shared_names()
         bias_names = [n for n, _ in m.named_parameters() if n.startswith("bias_")]
-        opt = torch.optim.RMSprop(m.parameters(), lr=cfg["lr"], weight_decay=cfg["lpsfed-weight-decay"])
+        opt = torch.optim.RMSprop(m.parameters(), lr=cfg["lr"], weight_decay=prm.lpsfed_weight_decay)
         load_opt(opt, m, state)
         g = rng(cfg["seed"], "lpsfed-batches", self.cid, rnd)
         n_u = len(self.users)
@@ -145,11 +148,11 @@ class LPSFedClient(LogicalClient):
             pos_sets[u].add(i)
         n_items = len(self.items)
         total, seen, margins = 0.0, 0, []
-        joint = cfg["lpsfed-bias-train"] == "joint"   # the code: no warm-up, bias tables trained through ξ̂
+        joint = prm.lpsfed_bias_train == "joint"   # the code: no warm-up, bias tables trained through ξ̂
         epochs = cfg["local-epochs"]
         for e in range(epochs):
             global_epoch = (rnd - 1) * epochs + e
-            warm = self.bias_aware and not joint and global_epoch < cfg["lpsfed-freeze-epochs"]
+            warm = self.bias_aware and not joint and global_epoch < prm.lpsfed_freeze_epochs
             neg = negatives(g, self.train_u, pos_sets, n_items)
             order = g.permutation(len(self.train_u))
             last = e == epochs - 1
@@ -162,28 +165,28 @@ class LPSFedClient(LogicalClient):
                 if warm:   # the first local epochs train the bias encoders alone (L_bias, Eq. 7)
                     xi = m.bias_cosine(pu[u], pi[i])
                     xj = m.bias_cosine(pu[u], pi[j])
-                    loss = L.info_nce(xi, xj, cfg["lpsfed-tau2"])
+                    loss = L.info_nce(xi, xj, prm.lpsfed_tau2)
                     trainable = set(bias_names)
                     if last:   # M_c of a warm-up round: Eq. 8 with the current model (sent, not trained)
                         with torch.no_grad():
                             e_pos = m.pooled(torch.cat([u, n_u + i]))
-                            r_ui = m.angle(e_pos[:len(u)], e_pos[len(u):], cfg["lpsfed-scorer"])
-                            margins.append(torch.minimum(cfg["lpsfed-gamma"] * m.bias_angle(pu[u], pi[i]),
+                            r_ui = m.angle(e_pos[:len(u)], e_pos[len(u):], prm.lpsfed_scorer)
+                            margins.append(torch.minimum(prm.lpsfed_gamma * m.bias_angle(pu[u], pi[i]),
                                                          math.pi - r_ui))
                 else:
                     nodes = torch.cat([u, n_u + i, n_u + j])
                     e_all = m.pooled(nodes)
                     eu, ei, ej = e_all[:len(u)], e_all[len(u):2 * len(u)], e_all[2 * len(u):]
-                    c_ui = m.cosine(eu, ei, cfg["lpsfed-scorer"])
-                    c_uj = m.cosine(eu, ej, cfg["lpsfed-scorer"])   # negatives: cos R̂ itself (Eq. 9)
+                    c_ui = m.cosine(eu, ei, prm.lpsfed_scorer)
+                    c_uj = m.cosine(eu, ej, prm.lpsfed_scorer)   # negatives: cos R̂ itself (Eq. 9)
                     if self.bias_aware:
                         r_ui = torch.arccos(c_ui.clamp(-1 + 1e-7, 1 - 1e-7))
                         xi_hat = m.bias_angle(pu[u], pi[i])
-                        m_ui = torch.minimum(cfg["lpsfed-gamma"] * xi_hat, math.pi - r_ui)       # Eq. 8
+                        m_ui = torch.minimum(prm.lpsfed_gamma * xi_hat, math.pi - r_ui)       # Eq. 8
                         base = margin_upd if margin_upd is not None else float(m_ui.detach().mean())
-                        fm = cfg["lpsfed-omega"] * base + (1 - cfg["lpsfed-omega"]) * m_ui        # Eq. 15
+                        fm = prm.lpsfed_omega * base + (1 - prm.lpsfed_omega) * m_ui        # Eq. 15
                         pos = torch.cos((r_ui + fm).clamp(0.0, math.pi))
-                        loss = L.info_nce(pos, c_uj, cfg["lpsfed-tau1"])               # Eq. 9
+                        loss = L.info_nce(pos, c_uj, prm.lpsfed_tau1)               # Eq. 9
                         if last:
                             margins.append(m_ui.detach())
                         trainable = set(n for n, _ in m.named_parameters())
@@ -202,7 +205,7 @@ class LPSFedClient(LogicalClient):
         new = {k: v.detach().numpy().copy() for k, v in m.named_parameters()}
         new.update(save_opt(opt, m))
         k_client = m.kernel[-1].detach().numpy().astype(np.float64) * lam                    # Eq. 6
-        rho = kernel_similarity(shared["reference"], k_client, cfg["lpsfed-similarity"]) if "reference" in shared else 0.0
+        rho = kernel_similarity(shared["reference"], k_client, prm.lpsfed_similarity) if "reference" in shared else 0.0
         m_c = float(torch.cat(margins).mean()) if margins else (margin_upd if margin_upd is not None else 0.0)
         payload = {k: new[k] for k in shared_names}
         payload["rho"] = np.array([rho], np.float32)
@@ -231,7 +234,7 @@ class LPSFedClient(LogicalClient):
             eu_all, ei = e[:n_u], e[n_u:]
             for a in range(0, len(local), 64):
                 rows = local[a:a + 64]
-                s = -m.angle_matrix(eu_all[rows], ei, self.cfg["lpsfed-scorer"]).numpy().astype(np.float64)
+                s = -m.angle_matrix(eu_all[rows], ei, self.p.lpsfed_scorer).numpy().astype(np.float64)
                 truth = []
                 for k, row in enumerate(rows):
                     u = int(self.users[row])

@@ -29,8 +29,8 @@ class ParamClient(LogicalClient):
 
     federated = True
 
-    def __init__(self, cfg, fed, cid, users, device, data_dir=None):
-        super().__init__(client_config(cfg, cid, fed.num_clients), fed, cid, users, device, data_dir)
+    def __init__(self, cfg, fed, cid, users, device, data_dir=None, params=None):
+        super().__init__(client_config(cfg, cid, fed.num_clients), fed, cid, users, device, data_dir, params)
 
     def build(self, state: dict[str, np.ndarray]):
         model = build_model(self.cfg, len(self.users), self.fed.n_items)

@@ -28,16 +28,17 @@ from corolla import metrics as M
 from corolla.models.stacked import epoch_permutations, stack, training_rows
 from corolla.models.train import item_pools
 from corolla.protocol import row_keys
+from corolla.round import evaluates
 from corolla.util import rng
 
 
 class OneUserBase(LogicalClient):
     """A logical client that is exactly one user."""
 
-    def __init__(self, cfg, fed, cid, users, device, data_dir=None):
+    def __init__(self, cfg, fed, cid, users, device, data_dir=None, params=None):
         if len(users) != 1:
             raise ValueError(f"harness 'one-user': logical client {cid} holds {len(users)} users, expected 1")
-        super().__init__(cfg, fed, cid, users, device, data_dir)
+        super().__init__(cfg, fed, cid, users, device, data_dir, params)
 
     @property
     def user(self) -> int:
@@ -63,7 +64,8 @@ def round_samples(clients, rnd: int) -> tuple[list[dict[str, np.ndarray]], list[
 
 
 def evaluated(cfg, rnd: int) -> bool:
-    return rnd % cfg["eval-every"] == 0 or rnd == cfg["num-rounds"]
+    """Round ``rnd`` is evaluated: the server's schedule (``corolla.round.evaluates``)."""
+    return evaluates(rnd, cfg["num-rounds"], cfg["eval-every"])
 
 
 def evaluate_stacked(clients, score: Callable) -> list[dict[str, list[float]]]:
@@ -98,8 +100,9 @@ def evaluate_stacked(clients, score: Callable) -> list[dict[str, list[float]]]:
     return out
 
 
-def rows_mode(cfg) -> bool:
-    return cfg.get("item-upload", "full") == "rows"
+def rows_mode(prm) -> bool:
+    """``item-upload = rows`` (``prm``: the one-user method's parameters)."""
+    return prm.item_upload == "rows"
 
 
 def rows_upload(new: dict[str, np.ndarray], keys) -> dict[str, np.ndarray]:

@@ -28,7 +28,7 @@ UPLOAD = ("item.weight", "affine.bias")
 
 class PFedRecClient(OneUserBase):
     def init_state(self) -> dict[str, np.ndarray]:
-        if rows_mode(self.cfg):   # the score function only: every round starts from the global table
+        if rows_mode(self.p):   # the score function only: every round starts from the global table
             init = _shared_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
             return {k: v.copy() for k, v in init.items() if k != "item.weight"}
         return pfedrec_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
@@ -38,16 +38,16 @@ class PFedRecClient(OneUserBase):
 
     @staticmethod
     def batch_train(clients, rnd, states, shared, personals) -> list[PhaseResult]:
-        cfg, fed, dev = clients[0].cfg, clients[0].fed, clients[0].device
+        cfg, prm, fed, dev = clients[0].cfg, clients[0].p, clients[0].fed, clients[0].device
         starts = []
         for st in states:
             st = dict(st)
             if "item.weight" in shared:
                 st["item.weight"] = shared["item.weight"]
             starts.append(st)
-        sparse = rows_mode(cfg)
+        sparse = rows_mode(prm)
         samples, perms = round_samples(clients, rnd)
-        lr_item = cfg["lr"] * fed.n_items * cfg["pfedrec-lr-eta"]
+        lr_item = cfg["lr"] * fed.n_items * prm.pfedrec_lr_eta
         trained, losses = train_users(starts, samples, perms, partial(
             train_pfedrec_stacked, batch_size=cfg["batch-size"], lr=cfg["lr"], lr_item=lr_item), dev,
             dense=not sparse)

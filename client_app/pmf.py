@@ -63,11 +63,12 @@ class OneUserClient(OneUserBase):
     # ------------------------------------------------------------------ state
     def init_state(self) -> dict[str, np.ndarray]:
         cfg = self.cfg
+        prm = self.p
         model = build_model(cfg, 1, self.fed.n_items)
-        key = ("user-init", "shared") if cfg["user-init"] == "shared" else ("user-init", self.cid)
+        key = ("user-init", "shared") if prm.user_init == "shared" else ("user-init", self.cid)
         init_params(model, cfg["init-std"], stable_seed(cfg["seed"], *key), ["user.weight"])
         state = model.get_arrays(["user.weight"])
-        if not rows_mode(cfg):   # with item-upload = rows every round starts from the global table
+        if not rows_mode(prm):   # with item-upload = rows every round starts from the global table
             state.update(shared_init(cfg, self.fed.n_items))
         return state
 
@@ -87,14 +88,14 @@ class OneUserClient(OneUserBase):
 
     @staticmethod
     def batch_train(clients, rnd, states, shared, personals) -> list[PhaseResult]:
-        cfg, dev = clients[0].cfg, clients[0].device
+        cfg, prm, dev = clients[0].cfg, clients[0].p, clients[0].device
         starts = [c.start_params(s, shared, p) for c, s, p in zip(clients, states, personals)]
         names = list(starts[0])
-        sparse = rows_mode(cfg)
+        sparse = rows_mode(prm)
         samples, perms = round_samples(clients, rnd)
         trained, losses = train_users(starts, samples, perms, partial(
-            train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=cfg["lr-mlp"],
-            wd_mlp=cfg["mlp-weight-decay"], early_break=cfg["early-break"]), dev, dense=not sparse)
+            train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=prm.lr_mlp,
+            wd_mlp=prm.mlp_weight_decay, early_break=prm.early_break), dev, dense=not sparse)
         if not evaluated(cfg, rnd):
             evals = [{}] * len(clients)
         elif sparse:
@@ -117,12 +118,19 @@ class OneUserClient(OneUserBase):
 
     @staticmethod
     def batch_evaluate(clients, rnd, states, shared, personals) -> list[PhaseResult]:
-        cfg = clients[0].cfg
-        new_states = [interpolate(s, p, cfg["fedca-rho"]) if p else s for s, p in zip(states, personals)]
+        new_states = [c.evaluation_state(s, p) for c, s, p in zip(clients, states, personals)]
         params = stack(new_states, list(new_states[0]), clients[0].device)
         evals = evaluate_stacked(clients, stacked_scorer(params))
         return [PhaseResult(metrics=ev, state=ns if p else None)
                 for ev, ns, p in zip(evals, new_states, personals)]
+
+    def evaluation_state(self, state, personal) -> dict[str, np.ndarray]:
+        """The parameters this client evaluates with: its own (FedCA's client interpolates them
+        with the aggregate its evaluation brings)."""
+        if personal:
+            raise ValueError(f"logical client {self.cid}: an evaluation download {sorted(personal)} this method "
+                             "does not take")
+        return state
 
     def scores(self, state, shared, personal, local_users, items):
         if "item.weight" not in state:   # item-upload = rows: the global table it starts from

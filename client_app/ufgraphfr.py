@@ -38,22 +38,22 @@ from corolla.util import rng, stable_seed
 CHUNK = 64   # clients trained together (memory: CHUNK × M × 32 floats per parameter copy)
 
 
-def model_kwargs(cfg) -> dict:
-    return {"use_transformer": bool(cfg["use-transformer"]), "use_joint": bool(cfg["use-joint-embedding"]),
-            "dropout": float(cfg["dropout"])}
+def model_kwargs(prm) -> dict:
+    return {"use_transformer": bool(prm.use_transformer), "use_joint": bool(prm.use_joint_embedding),
+            "dropout": float(prm.dropout)}
 
 
-def initial(cfg, n_items: int) -> dict[str, np.ndarray]:
+def initial(cfg, prm, n_items: int) -> dict[str, np.ndarray]:
     kind = cfg["model"]
-    kw = model_kwargs(cfg) if kind == "ufgraphfr" else {}
-    return UF.shared_init(kind, n_items, cfg["text-dim"], cfg["seed"], **kw)
+    kw = model_kwargs(prm) if kind == "ufgraphfr" else {}
+    return UF.shared_init(kind, n_items, prm.text_dim, cfg["seed"], **kw)
 
 
 class GraphClient(OneUserBase):
     """A UFGraphFR (``model = ufgraphfr``) or GPFedRec (``model = gpfedrec``) client."""
 
     def init_state(self) -> dict[str, np.ndarray]:
-        return initial(self.cfg, self.fed.n_items)
+        return initial(self.cfg, self.p, self.fed.n_items)
 
     # ------------------------------------------------------------------ phases
     def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
@@ -61,7 +61,7 @@ class GraphClient(OneUserBase):
 
     @staticmethod
     def batch_train(clients, rnd, states, shared, personals) -> list[PhaseResult]:
-        cfg, fed, dev = clients[0].cfg, clients[0].fed, clients[0].device
+        cfg, prm, fed, dev = clients[0].cfg, clients[0].p, clients[0].fed, clients[0].device
         kind = cfg["model"]
         t_text = time.perf_counter()
         states = with_text(clients, states)
@@ -82,12 +82,12 @@ class GraphClient(OneUserBase):
                 target = None
             if target is None:                   # round 1: the shared initial table
                 if init_table is None:
-                    init_table = initial(cfg, fed.n_items)["item.weight"]
+                    init_table = initial(cfg, prm, fed.n_items)["item.weight"]
                 target = init_table
             starts.append(start)
             targets.append(target)
         samples, perms = round_samples(clients, rnd)
-        lrs = UF.learning_rates(cfg["lr"], cfg["lr-eta"], fed.n_items)
+        lrs = UF.learning_rates(cfg["lr"], prm.lr_eta, fed.n_items)
         names = list(starts[0])
         trained: list[dict[str, np.ndarray]] = [None] * len(clients)  # type: ignore[list-item]
         losses = np.zeros(len(clients))
@@ -101,7 +101,7 @@ class GraphClient(OneUserBase):
                     for b in part]
             params, loss = UF.train_stacked(kind, params, texts, tgt, [samples[b] for b in part],
                                             [perms[b] for b in part], gens, cfg["batch-size"], lrs,
-                                            cfg["item-reg"], cfg["dropout"])
+                                            prm.item_reg, prm.dropout)
             for b, st, lb in zip(part, unstack(params), loss):
                 trained[b] = st
                 losses[b] = lb
@@ -131,13 +131,13 @@ def with_text(clients, states):
         return states
     from corolla.text import user_vectors
 
-    fed, cfg = clients[0].fed, clients[0].cfg
+    fed, cfg, prm = clients[0].fed, clients[0].cfg, clients[0].p
     if fed.user_ids is None:
         raise ValueError(f"dataset {cfg['dataset']!r}: no raw user ids to build the users' prompts from")
     users = np.array([clients[j].user for j in missing], np.int64)
     counts = np.diff(fed.indptr["train"]) + np.diff(fed.indptr["valid"]) + np.diff(fed.indptr["test"])
     v = user_vectors(cfg, users, fed.user_ids, counts, clients[0].data_dir)
-    if v.shape[1] != cfg["text-dim"]:
+    if v.shape[1] != prm.text_dim:
         raise ValueError(f"text-encoder {cfg['text-encoder']!r} gives {v.shape[1]}-d vectors; set text-dim={v.shape[1]}")
     out = list(states)
     for j, vec in zip(missing, v):
@@ -148,15 +148,16 @@ def with_text(clients, states):
 def upload(client, params: dict[str, np.ndarray], rnd: int) -> dict[str, np.ndarray]:
     """What the client sends: the item table and the graph input, noised as configured."""
     cfg = client.cfg
-    b = cfg["upload-noise"]
+    prm = client.p
+    b = prm.upload_noise
     g = rng(cfg["seed"], "upload-noise", client.cid, rnd)
     out = {"item.weight": params["item.weight"]}
     if cfg["model"] == "ufgraphfr":
-        key = "text" if cfg["graph-input"] == "text" else "user.weight"
+        key = "text" if prm.graph_input == "text" else "user.weight"
         out["graph.input"] = params[key]
         if b > 0:
             out["graph.input"] = (out["graph.input"] + g.laplace(0.0, b, out["graph.input"].shape)).astype(np.float32)
-    if b > 0 and (cfg["model"] == "gpfedrec" or cfg["noise-target"] == "all"):
+    if b > 0 and (cfg["model"] == "gpfedrec" or prm.noise_target == "all"):
         out["item.weight"] = (out["item.weight"] + g.laplace(0.0, b, out["item.weight"].shape)).astype(np.float32)
     return out
 

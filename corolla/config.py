@@ -238,13 +238,33 @@ def resolve(preset: str | None, overrides: dict[str, Any] | None = None,
         layers.append((f"config file {config_file}", load_config_file(config_file)))
     if overrides:
         layers.append(("overrides", overrides))
+    given: dict[str, str] = {}
     for where, layer in layers:
         for k, v in layer.items():
             if k not in SCHEMA:
                 raise unknown_key_error(k, where)
             cfg[k] = _coerce(k, v)
+            given[k] = where
     validate(cfg)
-    return cfg
+    return run_schema(cfg, given)
+
+
+def run_schema(cfg: dict[str, Any], given: dict[str, str] | None = None) -> dict[str, Any]:
+    """``cfg`` reduced to the run's schema: the core keys and the keys its method owns (its
+    harness's, its own and those of the modules its declaration names). A key of another method
+    set by a config file or an override is an error naming its owner; one a preset sets is dropped
+    (``--preset fedca-pmf-ml100k --set method=fedavg``: FedCA's data and training with FedAvg's
+    aggregation, without FedCA's own keys)."""
+    from corolla import methods
+
+    m = methods.lookup(cfg)
+    keep = set(CORE) | set(methods.owner_keys(m))
+    owners = methods.method_keys()
+    for k, where in sorted((given or {}).items()):
+        if k not in keep and not where.startswith("preset "):
+            raise ConfigError(f"config key '{k}' (in {where}) belongs to {owners[k][0]}, not to this run's method "
+                              f"{m.label}: its keys are 'corolla keys --method {m.name}'")
+    return {k: v for k, v in cfg.items() if k in keep}
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -328,8 +348,6 @@ def validate(cfg: dict[str, Any]) -> None:
         if not method.secure_sum:
             raise ConfigError(f"config key 'secagg': method {method.label} does not aggregate a sum; secure "
                               f"aggregation supports {', '.join(methods.secure_sum_methods())}")
-        if cfg.get("fedcia-upload", "full") != "full":
-            raise ConfigError("config key 'secagg': secure aggregation sums full uploads; it needs fedcia-upload=full")
         if not 1 <= cfg["secagg-bits"] <= 24 or cfg["secagg-clip"] <= 0 or cfg["secagg-threshold"] < 0 \
                 or cfg["secagg-neighbours"] < 0:
             raise ConfigError("config keys 'secagg-*': expected bits in 1..24, clip > 0, threshold >= 0, "

@@ -7,7 +7,8 @@ arrays (an ``ArrayRecord``):
 
 * ``config``: ``phase``, ``round``, ``clients`` (JSON list of the targeted logical client ids),
   ``run-key``, ``state-dir``, ``data-dir``, ``restore-round``, ``cfg-hash`` (sha256 of the resolved
-  run config). The config itself (``cfg``, JSON) travels once per node and run: in the
+  run config), and ``control`` (JSON ``{cid: {"upload": false}}``: the typed per-client fields of
+  ``corolla.round.Control`` that differ from the default, when any does). The config itself (``cfg``, JSON) travels once per node and run: in the
   ``handshake`` request; the node keeps it for the run (Flower's ``context.state``) and checks
   every later message's ``cfg-hash`` against it;
 * ``global`` (optional): arrays every targeted logical client receives (sent once per node);
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from corolla.protocol import PayloadError, dumps_per_client, loads_per_client, npy_size, pack, payload_size, unpack
+from corolla.round import DEFAULT_CONTROL, Control, decode_controls, encode_controls
 
 Arrays = dict[str, np.ndarray]
 Flat = dict[str, dict[str, Any]]   # record name -> {key: scalar} or {key: ndarray}
@@ -126,6 +128,7 @@ class PhaseRequest:
     versions: dict[str, str] | None = None   # the server's protocol/Corolla/Flower: in the handshake only
     secagg: dict[str, Any] = field(default_factory=dict)   # secure aggregation's ``secagg-*`` config entries
     nonce: str = ""   # the handshake's challenge: a node with a key signs it (``key-sig``)
+    control: dict[int, Control] = field(default_factory=dict)   # typed per-client fields (``corolla.round``)
 
     def encode(self) -> Flat:
         conf: dict[str, Any] = {"phase": self.phase, "round": int(self.round), "clients": json.dumps(self.clients),
@@ -136,6 +139,8 @@ class PhaseRequest:
             conf["versions"] = json.dumps(self.versions)
         if self.nonce:
             conf["nonce"] = self.nonce
+        if any(c != DEFAULT_CONTROL for c in self.control.values()):
+            conf["control"] = encode_controls(self.control)
         conf.update(self.secagg)
         flat: Flat = {"config": conf}
         if self.shared:
@@ -167,7 +172,11 @@ class PhaseRequest:
                    RunInfo.decode(conf), shared, unpack(flat["personal"]) if "personal" in flat else {},
                    int(conf.get("restore-round", 0)), ev, json.loads(conf["cfg"]) if "cfg" in conf else None,
                    json.loads(conf["versions"]) if "versions" in conf else None,
-                   {k: v for k, v in conf.items() if k.startswith("secagg-")}, str(conf.get("nonce", "")))
+                   {k: v for k, v in conf.items() if k.startswith("secagg-")}, str(conf.get("nonce", "")),
+                   decode_controls(conf["control"]) if "control" in conf else {})
+
+    def control_of(self, cid: int) -> Control:
+        return self.control.get(cid, DEFAULT_CONTROL)
 
     def bytes_down(self) -> int:
         """Bytes of the arrays this message carries (``corolla.protocol``): shared arrays once,

@@ -24,6 +24,17 @@ def stable_seed(*parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "little") >> 1
 
 
+def id_ranges(ids) -> str:
+    """``"0-9,12,20-21"`` for the ids (sorted first): a log line or record, not a list of thousands."""
+    ids = sorted(ids)
+    parts, a = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] != ids[i - 1] + 1:
+            parts.append(str(ids[a]) if a == i - 1 else f"{ids[a]}-{ids[i - 1]}")
+            a = i
+    return ",".join(parts)
+
+
 def rng(*parts: Any) -> np.random.Generator:
     """A NumPy generator seeded by :func:`stable_seed` of ``parts``."""
     return np.random.default_rng(stable_seed(*parts))

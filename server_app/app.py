@@ -33,6 +33,7 @@ from flwr.serverapp import Grid, ServerApp
 from corolla import provenance, tracking
 from corolla.config import load_preset, parse_overrides, resolve
 from corolla.messages import RunInfo, config_hash
+from corolla.round import Phase
 from corolla.util import atomic_write_json, dumps
 from flower_io.pulls import env_backoff, set_pull_backoff
 from server_app.exchange import Exchanger
@@ -137,8 +138,7 @@ def export_topk(strategy, ex: Exchanger, out: Path, last_round: int) -> None:
     """Ask every available client for its users' top-K with its models after ``last_round`` (the
     last recorded round: a round trained before an early stop is not used) and write ``topk.jsonl``."""
     targets = strategy.available()
-    shared, personal = strategy.evaluate_download(last_round, targets)
-    results, _, _ = ex.exchange("topk", last_round, targets, shared, personal)
+    results = ex.exchange(Phase.TOPK, last_round, targets, strategy.evaluate_download(last_round, targets)).results
     lines = []
     for cid in sorted(results):
         m: dict[str, Any] = results[cid].metrics

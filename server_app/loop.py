@@ -1,13 +1,20 @@
-"""The round loop: a method's phases round after round, with fused evaluation.
+"""The round loop: it executes a method's rounds as the strategy states them (``corolla.round``).
 
-A round is the strategy's phases (``configure -> send/receive -> validate -> aggregate``, each one
-exchange per node: ``server_app.exchange``), then the evaluation of the round when it is
-evaluated (every ``eval-every`` rounds and after the last). With ``fused-evaluation`` (the
-default) a round is one exchange per node and phase: an evaluated round's evaluation runs in its
-last phase's message (``eval_fuses_after``) or travels with the next round's first message, where
-the clients evaluate before they train; only the last round's evaluation (or one with no next
-phase to carry it) is an exchange of its own. Clients that evaluate in their training reply are
-not asked again. The evaluated models are the same as with separate evaluation messages (tested).
+A round is its :class:`~corolla.round.RoundSpec`: the phases in order, each ``configure -> send
+/receive -> validate -> aggregate`` (one exchange per node: ``server_app.exchange``; a secure
+phase adds the SecAgg+ exchanges around it: ``server_app.secure``), then the round's evaluation
+when it is evaluated. With ``fused-evaluation`` (the default) a round is one exchange per node
+and phase: an evaluated round's evaluation runs in its last phase's message (the spec's
+``eval_fuses_after``) or travels with the next round's first message, where the clients evaluate
+before they train; only the last round's evaluation (or one with no next phase to carry it) is an
+exchange of its own. Clients that evaluate in their training reply are not asked again. The
+evaluated models are the same as with separate evaluation messages (tested).
+
+The stages, each a small method: :meth:`RoundLoop.start` (the first handshake), :meth:`~RoundLoop.run_round`
+(one round), :meth:`~RoundLoop.exchange_phase` and :meth:`~RoundLoop.aggregate_phase` (one phase,
+secure or not, with the previous round recorded between them), :meth:`~RoundLoop.request`
+and :meth:`~RoundLoop.finish` (an evaluation's download and its metrics), :meth:`~RoundLoop.settle`
+(a round whose evaluation came back with a later message) and :meth:`~RoundLoop.evaluate_round`.
 
 ``recorder`` (``server_app.results.RunRecorder``) receives every round's record once its
 evaluation is known, writes the checkpoint, and decides early stopping.
@@ -17,15 +24,16 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
 
 from flwr.common.logger import log
 
 from corolla.config import int_list
+from corolla.round import Download, Phase, PhaseSpec, RoundSpec
 from server_app.evaluation import pool_metrics
-from server_app.exchange import EvalRequest, Exchanger, PhaseStats
+from server_app.exchange import EvalRequest, Exchanger, PhaseOutcome, PhaseStats
 from server_app.secure import SecureRound
 from strategies.base import ClientResult, CorollaStrategy
 
@@ -46,15 +54,28 @@ class NoClients(RuntimeError):
 
 
 @dataclass
-class _Deferred:
-    """An evaluated round whose evaluation travels with the next round's first message."""
+class RoundState:
+    """What one round gathers as its phases run."""
     rnd: int
-    ev: EvalRequest
-    reply_evals: dict[int, ClientResult]
-    phase_stats: list[PhaseStats]
-    train_metrics: dict[str, Any]
-    wall_s: float
     targets: list[int]
+    t0: float
+    phase_stats: list[PhaseStats] = field(default_factory=list)
+    train_metrics: dict[str, Any] = field(default_factory=dict)
+    reply_evals: dict[int, ClientResult] = field(default_factory=dict)   # metrics sent with training
+    after: EvalRequest | None = None             # its evaluation, run inside its last phase's message
+    after_results: dict[int, ClientResult] = field(default_factory=dict)
+
+    @property
+    def wall_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+@dataclass
+class Deferred:
+    """An evaluated round whose evaluation travels with the next round's first message."""
+    state: RoundState
+    ev: EvalRequest
+    wall_s: float
 
 
 class RoundLoop:
@@ -62,12 +83,17 @@ class RoundLoop:
         self.s, self.ex, self.recorder = strategy, ex, recorder
         self.cfg = strategy.cfg
         self.ks = int_list(self.cfg, "topk")
+        self.fuse = bool(self.cfg.get("fused-evaluation", True))
 
     # ------------------------------------------------------------------ evaluation
-    def request(self, rnd: int, when: str) -> EvalRequest:
-        targets = self.s.eval_targets(rnd, set(self.ex.reply_evals))
-        shared, personal = self.s.evaluate_download(rnd, targets) if targets else ({}, {})
-        return EvalRequest(rnd, targets, shared, personal, when, set(self.s.available()))
+    def request(self, rnd: int, when: str, replied: set[int]) -> EvalRequest:
+        """Round ``rnd``'s evaluation: its targets and download (a query), handed to the strategy
+        as delivered (``replied``: clients that sent their metrics with training already)."""
+        targets = self.s.eval_targets(rnd, replied)
+        download = self.s.evaluate_download(rnd, targets) if targets else Download()
+        if targets:
+            self.s.delivered(Phase.EVALUATE, rnd, targets)
+        return EvalRequest(rnd, targets, download, when, set(self.s.available()))
 
     def finish(self, ev: EvalRequest, results: dict[int, ClientResult],
                reply_evals: dict[int, ClientResult]) -> dict[str, Any]:
@@ -79,10 +105,12 @@ class RoundLoop:
         pooled.update(results)
         return pool_metrics(pooled, self.ks, bool(self.cfg.get("report-per-client")))
 
-    def _close(self, rnd, phase_stats, train_metrics, evaluation, wall_s, targets) -> bool:
+    def _close(self, r: RoundState, evaluation, wall_s: float | None = None) -> bool:
+        """Record round ``r`` (True: the run stops early after it)."""
         if self.recorder is None:
             return False
-        return self.recorder.end_round(self.s, rnd, phase_stats, train_metrics, evaluation, wall_s, targets)
+        return self.recorder.end_round(self.s, r.rnd, r.phase_stats, r.train_metrics, evaluation,
+                                       r.wall_s if wall_s is None else wall_s, r.targets)
 
     def _progress(self, rnd: int, stats: PhaseStats, ok: int, targets: int) -> None:
         if self.recorder:
@@ -91,93 +119,123 @@ class RoundLoop:
     def _stop(self, rnd: int) -> None:
         log(INFO, "early stop after round %d (patience %d)", rnd, self.cfg["patience"])
 
+    # ------------------------------------------------------------------ stages
+    def start(self) -> None:
+        """The first handshake (unless nodes are known: a resumed loop) and the strategy's setup."""
+        if not self.ex.roster.nodes:
+            self.ex.handshake(self.ex.transport.node_ids())
+            if not self.ex.roster.clients:
+                raise NoClients(self.ex.roster.failures)
+            self.s.setup()
+        self.s.summary()
+
+    def begin_round(self, rnd: int) -> RoundState:
+        """Nodes that joined are handshaked, the round's clients sampled."""
+        self.ex.restore_round = rnd - 1   # a node that joins now drops client state newer than that
+        self.ex.refresh()
+        if not self.s.available():
+            raise RuntimeError(f"round {rnd}: no node with logical clients is left")
+        return RoundState(rnd, self.s.sample(rnd, self.s.available()), time.perf_counter())
+
+    def exchange_phase(self, spec: PhaseSpec, r: RoundState, ev: EvalRequest | None
+                       ) -> tuple[PhaseOutcome, SecureRound | None]:
+        """One phase of round ``r`` (carrying the evaluation ``ev``) up to its replies: configure and
+        exchange (with the SecAgg+ key exchanges first when it is summed securely)."""
+        s, rnd = self.s, r.rnd
+        targets = s.phase_targets(spec.phase, rnd, r.targets)
+        download = s.configure_phase(spec.phase, rnd, targets)
+        sec = None
+        if spec.secure is not None:
+            sec = SecureRound(self.ex, spec.phase, rnd, targets)   # keys and shares first
+            sec.setup_and_share()
+        out = self.ex.exchange(spec.phase, rnd, targets, download, ev if ev is not None and ev.targets else None,
+                               secure=sec)
+        r.reply_evals.update(out.reply_evals)
+        self._progress(rnd, out.stats, len(out.results), len(targets))
+        return out, sec
+
+    def aggregate_phase(self, spec: PhaseSpec, r: RoundState, out: PhaseOutcome, sec: SecureRound | None) -> None:
+        """The strategy folds the phase in (a secure phase: after the unmasking, the mean)."""
+        s, rnd = self.s, r.rnd
+        if sec is not None:
+            sec.collect_stats = out.stats
+            mean, mets, nodes = sec.unmask()
+            r.train_metrics.update(s.aggregate_secure(spec.phase, rnd, mean, mets))
+            r.train_metrics.update({"secagg-nodes": nodes, "secagg-weight": mets["secagg-weight"],
+                                    "secagg-signed": mets["secagg-signed"]})
+            r.phase_stats += sec.stats[:2] + [out.stats] + sec.stats[2:]
+        else:
+            r.train_metrics.update(s.aggregate_phase(spec.phase, rnd, out.results))
+            r.phase_stats.append(out.stats)
+
+    def settle(self, d: Deferred, results: dict[int, ClientResult], stats: PhaseStats | None = None) -> bool:
+        """Round ``d``'s evaluation came back (with a later message, or its own exchange ``stats``):
+        record it. True: the run stops after it."""
+        evaluation = self.finish(d.ev, results, d.state.reply_evals)
+        if stats is not None:
+            d.state.phase_stats.append(stats)
+        return self._close(d.state, evaluation, d.wall_s)
+
+    def evaluate_round(self, spec: RoundSpec, r: RoundState, num_rounds: int) -> tuple[bool, Deferred | None]:
+        """Round ``r``'s evaluation: done in its last phase, deferred to the next round's first
+        message, or an exchange of its own; then the round is recorded. Returns (stop, deferred)."""
+        evaluation = None
+        if spec.evaluate and r.after is not None:
+            evaluation = self.finish(r.after, r.after_results, r.reply_evals)
+        elif spec.evaluate:
+            ev = self.request(r.rnd, "before", set(r.reply_evals))
+            if ev.targets and self.fuse and r.rnd < num_rounds and self.s.phases(r.rnd + 1):
+                return False, Deferred(r, ev, r.wall_s)
+            results: dict[int, ClientResult] = {}
+            if ev.targets:
+                out = self.ex.exchange(Phase.EVALUATE, r.rnd, ev.targets, ev.download)
+                results = out.results
+                r.phase_stats.append(out.stats)
+                self._progress(r.rnd, out.stats, len(results), len(ev.targets))
+            evaluation = self.finish(ev, results, r.reply_evals)
+        return self._close(r, evaluation), None
+
+    def run_round(self, rnd: int, num_rounds: int, deferred: Deferred | None) -> tuple[bool, Deferred | None]:
+        """One round; ``deferred``: the previous round, whose evaluation this round's first message
+        carries. Returns (stop, the round to settle with the next round's first message)."""
+        r = self.begin_round(rnd)
+        spec = self.s.round_spec(rnd, num_rounds)
+        for i, ps in enumerate(spec.phases):
+            ev = None
+            if i == 0 and deferred is not None:
+                ev = deferred.ev
+            elif i == len(spec.phases) - 1 and self.fuse and spec.eval_fuses_after:
+                ev = r.after = self.request(rnd, "after", set(r.reply_evals))
+            out, sec = self.exchange_phase(ps, r, ev)
+            if i == 0 and deferred is not None:   # the previous round is recorded before this one aggregates
+                d, deferred = deferred, None
+                if self.settle(d, out.evals):   # this round's training is not used: the run ends after d
+                    if self.recorder:
+                        self.recorder.discard(out.stats)
+                    self._stop(d.state.rnd)
+                    return True, None
+            elif ev is not None and ev is r.after:
+                r.after_results = out.evals
+            self.aggregate_phase(ps, r, out, sec)
+        if deferred is not None:   # no phase this round to carry the previous evaluation
+            d = deferred
+            out = self.ex.exchange(Phase.EVALUATE, d.ev.rnd, d.ev.targets, d.ev.download)
+            self._progress(d.state.rnd, out.stats, len(d.ev.targets), len(d.ev.targets))
+            if self.settle(d, out.results, out.stats):
+                self._stop(d.state.rnd)
+                return True, None
+        stop, later = self.evaluate_round(spec, r, num_rounds)
+        if stop:
+            self._stop(rnd)
+        return stop, later
+
     # ------------------------------------------------------------------ rounds
     def run(self, num_rounds: int | None = None, start_round: int = 1):
-        s, ex = self.s, self.ex
         num_rounds = num_rounds or self.cfg["num-rounds"]
-        if not ex.roster.nodes:
-            ex.handshake(ex.transport.node_ids())
-            if not ex.roster.clients:
-                raise NoClients(ex.roster.failures)
-            s.setup()
-        s.summary()
-        fuse = bool(self.cfg.get("fused-evaluation", True))
-        deferred: _Deferred | None = None
+        self.start()
+        deferred: Deferred | None = None
         for rnd in range(start_round, num_rounds + 1):
-            t0 = time.perf_counter()
-            ex.restore_round = rnd - 1   # a node that joins now drops client state newer than that
-            ex.refresh()
-            if not s.available():
-                raise RuntimeError(f"round {rnd}: no node with logical clients is left")
-            targets = s.sample(rnd, s.available())
-            ex.reply_evals = {}
-            phases = s.phases(rnd)
-            evaluate = s.evaluates(rnd, num_rounds)
-            after = fuse and evaluate and bool(phases) and s.eval_fuses_after(rnd)
-            phase_stats: list[PhaseStats] = []
-            train_metrics: dict[str, Any] = {}
-            after_ev, after_results = None, {}
-            for i, phase in enumerate(phases):
-                ptargets = s.phase_targets(phase, rnd, targets)
-                shared, personal = s.configure_phase(phase, rnd, ptargets)
-                ev = None
-                if i == 0 and deferred is not None:
-                    ev = deferred.ev
-                elif i == len(phases) - 1 and after:
-                    ev = after_ev = self.request(rnd, "after")
-                sec = None
-                if self.cfg.get("secagg", "none") != "none" and s.secure_layout(phase, rnd) is not None:
-                    sec = SecureRound(ex, phase, rnd, ptargets)   # keys and shares first (server_app.secure)
-                    sec.setup_and_share()
-                results, stats, evals = ex.exchange(phase, rnd, ptargets, shared, personal,
-                                                    ev if ev is not None and ev.targets else None, secure=sec)
-                self._progress(rnd, stats, len(results), len(ptargets))
-                if i == 0 and deferred is not None:
-                    d, deferred = deferred, None
-                    evaluation = self.finish(d.ev, evals, d.reply_evals)
-                    if self._close(d.rnd, d.phase_stats, d.train_metrics, evaluation, d.wall_s, d.targets):
-                        # this round's training is not used: the run ends after round d.rnd
-                        if self.recorder:
-                            self.recorder.discard(stats)
-                        self._stop(d.rnd)
-                        return self.recorder
-                elif ev is after_ev and ev is not None:
-                    after_results = evals
-                if sec is not None:   # the unmasking, then the strategy folds in the mean
-                    sec.collect_stats = stats
-                    mean, mets, nodes = sec.unmask()
-                    train_metrics.update(s.aggregate_secure(phase, rnd, mean, mets))
-                    train_metrics.update({"secagg-nodes": nodes, "secagg-weight": mets["secagg-weight"],
-                                          "secagg-signed": mets["secagg-signed"]})
-                    phase_stats += sec.stats[:2] + [stats] + sec.stats[2:]
-                    continue
-                train_metrics.update(s.aggregate_phase(phase, rnd, results))
-                phase_stats.append(stats)
-            if deferred is not None:   # no phase this round to carry the previous evaluation
-                d, deferred = deferred, None
-                results, stats, _ = ex.exchange("evaluate", d.ev.rnd, d.ev.targets, d.ev.shared, d.ev.personal)
-                evaluation = self.finish(d.ev, results, d.reply_evals)
-                d.phase_stats.append(stats)
-                self._progress(d.rnd, stats, len(d.ev.targets), len(d.ev.targets))
-                if self._close(d.rnd, d.phase_stats, d.train_metrics, evaluation, d.wall_s, d.targets):
-                    self._stop(d.rnd)
-                    return self.recorder
-            evaluation = None
-            if evaluate and after_ev is not None:
-                evaluation = self.finish(after_ev, after_results, ex.reply_evals)
-            elif evaluate:
-                ev = self.request(rnd, "before")
-                if ev.targets and fuse and rnd < num_rounds and s.phases(rnd + 1):
-                    deferred = _Deferred(rnd, ev, ex.reply_evals, phase_stats, train_metrics,
-                                         time.perf_counter() - t0, targets)
-                    continue
-                results, stats = {}, None
-                if ev.targets:
-                    results, stats, _ = ex.exchange("evaluate", rnd, ev.targets, ev.shared, ev.personal)
-                    phase_stats.append(stats)
-                    self._progress(rnd, stats, len(results), len(ev.targets))
-                evaluation = self.finish(ev, results, ex.reply_evals)
-            if self._close(rnd, phase_stats, train_metrics, evaluation, time.perf_counter() - t0, targets):
-                self._stop(rnd)
+            stop, deferred = self.run_round(rnd, num_rounds, deferred)
+            if stop:
                 break
         return self.recorder

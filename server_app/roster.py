@@ -20,18 +20,8 @@ from flwr.common.logger import log
 from corolla.messages import NodeInfo
 from corolla.secagg.identity import fingerprint, handshake_statement, verify
 from corolla.secagg.primitives import SecAggError
+from corolla.util import id_ranges
 from server_app.transport import Transport
-
-
-def id_ranges(ids: list[int]) -> str:
-    """``"0-9,12,20-21"`` for the sorted ``ids``."""
-    ids = sorted(ids)
-    parts, a = [], 0
-    for i in range(1, len(ids) + 1):
-        if i == len(ids) or ids[i] != ids[i - 1] + 1:
-            parts.append(str(ids[a]) if a == i - 1 else f"{ids[a]}-{ids[i - 1]}")
-            a = i
-    return ",".join(parts)
 
 
 class Roster:

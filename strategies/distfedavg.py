@@ -32,6 +32,7 @@ from flwr.common.logger import log
 
 from corolla import rowagg
 from corolla.protocol import ArraySpec
+from corolla.round import DEFAULT_CONTROL, Download, Phase
 from corolla.util import rng
 from strategies.base import CorollaStrategy
 
@@ -77,7 +78,7 @@ class RowAggregation(CorollaStrategy):
     ``fedmedian``, ``fedatt``) with ``harness = expanded``: their declarations
     (``corolla/methods/``) set :attr:`rule`."""
 
-    counted_phases = ("train",)
+    counted_phases = (Phase.TRAIN,)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -87,7 +88,7 @@ class RowAggregation(CorollaStrategy):
         self.item_ids: dict[int, np.ndarray] = {}     # the client's training items (sorted)
         self.requests: dict[int, np.ndarray] = {}
         self.matched = False
-        self.matcher = MatchingParty(cfg["seed"], cfg["max-items"], cfg["max-neighbors-per-item"])
+        self.matcher = MatchingParty(cfg["seed"], self.p.max_items, self.p.max_neighbors_per_item)
         self._match: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._train_graph = None    # the training graph the expansion revealed (propagated evaluation)
 
@@ -109,25 +110,25 @@ class RowAggregation(CorollaStrategy):
 
     @property
     def user_rule(self) -> str:
-        return self.rule or self.cfg["user-agg"]
+        return self.rule or self.p.user_agg
 
     @property
     def item_rule(self) -> str:
-        return self.rule or self.cfg["item-agg"]
+        return self.rule or self.p.item_agg
 
     # -------------------------------------------------------------- phases
     def phases(self, rnd):
-        return ["train"] if self.matched else ["expand", "match", "train"]
+        return [Phase.TRAIN] if self.matched else [Phase.EXPAND, Phase.MATCH, Phase.TRAIN]
 
     def phase_targets(self, phase, rnd, sampled):
-        return self.available() if phase in ("expand", "match") else sampled
+        return self.available() if phase in (Phase.EXPAND, Phase.MATCH) else sampled
 
     def configure_phase(self, phase, rnd, targets):
-        if phase == "expand":
-            return {}, {}
-        if phase == "match":
-            return {}, {c: {"neighbours": self._match[c][0], "edges": self._match[c][1]}
-                        for c in targets if c in self._match}
+        if phase == Phase.EXPAND:
+            return Download()
+        if phase == Phase.MATCH:
+            return Download({}, {c: {"neighbours": self._match[c][0], "edges": self._match[c][1]}
+                                 for c in targets if c in self._match})
         personal = {}
         for c in targets:
             if c not in self.item_ids:
@@ -136,16 +137,16 @@ class RowAggregation(CorollaStrategy):
             iids = np.concatenate([self.item_ids[c], self.requests[c]]).astype(np.int64)
             personal[c] = {"user.ids": uids, "user.rows": self.users[uids], "item.ids": iids,
                            "item.rows": self.items[iids]}
-        return {}, personal
+        return Download({}, personal)
 
-    def expected_payload(self, phase, cid):
+    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
         d = self.cfg["dim"]
-        if phase == "match":
+        if phase == Phase.MATCH:
             return {}
-        if phase == "expand":
+        if phase == Phase.EXPAND:
             n = self.clients[cid]["train"]
             return {"hashes": ArraySpec((n,), "int64"), "items": ArraySpec((n,), "int64"),
-                    "request": ArraySpec((len_request(self.cfg, self.n_items, n),), "int64")}
+                    "request": ArraySpec((len_request(self.p, self.n_items, n),), "int64")}
         nu = 1 + len(self.neighbours.get(cid, []))
         ni = len(self.item_ids.get(cid, [])) + len(self.requests.get(cid, []))
         return {"user.ids": ArraySpec((nu,), "int64"), "user.rows": ArraySpec((nu, d), "float32"),
@@ -153,7 +154,7 @@ class RowAggregation(CorollaStrategy):
                 "request": ArraySpec((len(self.requests.get(cid, [])),), "int64")}
 
     def aggregate_phase(self, phase, rnd, results):
-        if phase == "expand":
+        if phase == Phase.EXPAND:
             for c in sorted(results):
                 self.matcher.register(c, results[c].payload["hashes"])
                 self.item_ids[c] = results[c].payload["items"]
@@ -163,7 +164,7 @@ class RowAggregation(CorollaStrategy):
             self.neighbours = {c: m[0] for c, m in self._match.items()}
             sizes = [len(v) for v in self.neighbours.values()]
             return {"expanded-users-mean": float(np.mean(sizes)) if sizes else 0.0, "match-s": time.perf_counter() - t0}
-        if phase == "match":
+        if phase == Phase.MATCH:
             self.matched = True
             return {}
         t0 = time.perf_counter()
@@ -180,14 +181,17 @@ class RowAggregation(CorollaStrategy):
             anchors[c] = c
             self.requests[c] = p["request"]
         cfg = self.cfg
-        a_r = rowagg.alpha(rnd, cfg["alpha-schedule"], cfg["alpha0"], cfg["alpha-min"], cfg["alpha-delta"],
-                           cfg["alpha-period"], cfg["alpha-fixed"], cfg["alpha-warmup"])
-        att = (cfg["fedatt-epsilon"], float(cfg["fedatt-ord"]), cfg["fedatt-dp"])
-        g = rng(cfg["seed"], "fedatt-dp", rnd)
+        prm = self.p
+        a_r = rowagg.alpha(rnd, prm.alpha_schedule, prm.alpha0, prm.alpha_min, prm.alpha_delta,
+                           prm.alpha_period, prm.alpha_fixed, prm.alpha_warmup)
+        extra = {}
+        if "fedatt" in (self.user_rule, self.item_rule):   # FedAtt's keys: its own declaration's, or named by Dist-FedAvg's
+            extra = {"fedatt": (prm.fedatt_epsilon, float(prm.fedatt_ord), prm.fedatt_dp),
+                     "g": rng(cfg["seed"], "fedatt-dp", rnd)}
         self.users = rowagg.aggregate_rows(self.user_rule, self.users, user_rows, n_c, anchors, a_r,
-                                           cfg["distance-mode"], cfg["minkowski-p"], cfg["distance-eps"], att, g)
+                                           prm.distance_mode, prm.minkowski_p, prm.distance_eps, **extra)
         self.items = rowagg.aggregate_rows(self.item_rule, self.items, item_rows, n_c, anchors, a_r,
-                                           cfg["distance-mode"], cfg["minkowski-p"], cfg["distance-eps"], att, g)
+                                           prm.distance_mode, prm.minkowski_p, prm.distance_eps, **extra)
         losses = [r.metrics.get("train-loss", np.nan) for r in results.values()]
         return {"clients": len(results), "alpha": a_r, "train-loss": float(np.nanmean(losses)) if losses else np.nan,
                 "user-rows": len(user_rows), "item-rows": len(item_rows), "server-s": time.perf_counter() - t0}
@@ -198,7 +202,7 @@ class RowAggregation(CorollaStrategy):
         default) — LightGCN propagation of the global tables over the training graph, which the
         server knows from the expansion (every client sent the ids of its training items);
         ``layer0`` — the global tables as they are."""
-        if self.cfg["eval-embeddings"] == "layer0":
+        if self.p.eval_embeddings == "layer0":
             return self.users, self.items
         import torch
 
@@ -215,7 +219,7 @@ class RowAggregation(CorollaStrategy):
 
     def evaluate_download(self, rnd, targets):
         users, items = self.evaluation_tables()
-        return {"item.table": items}, {c: {"user.row": users[c]} for c in targets}
+        return Download({"item.table": items}, {c: {"user.row": users[c]} for c in targets})
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self):
@@ -235,6 +239,6 @@ class RowAggregation(CorollaStrategy):
                 {"items-of": self.item_ids, "requests": self.requests, "neighbours": self.neighbours}[kind][int(c)] = v
 
 
-def len_request(cfg, n_items: int, n_train: int) -> int:
+def len_request(prm, n_items: int, n_train: int) -> int:
     """How many negative rows a client asks for (bounded by its never-interacted items)."""
-    return int(cfg["neg-pool-size"])
+    return int(prm.neg_pool_size)

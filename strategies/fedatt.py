@@ -21,8 +21,8 @@ class FedAtt(FedAvg):
         cids = sorted(results)
         g = rng(self.cfg["seed"], "fedatt-dp", rnd)
         self.global_params = {
-            k: composite.fedatt(v, np.stack([results[c].payload[k] for c in cids]), self.cfg["fedatt-epsilon"],
-                                self.cfg["fedatt-ord"], self.cfg["fedatt-dp"], g)
+            k: composite.fedatt(v, np.stack([results[c].payload[k] for c in cids]), self.p.fedatt_epsilon,
+                                self.p.fedatt_ord, self.p.fedatt_dp, g)
             for k, v in self.global_params.items()}
         losses = [results[c].metrics.get("train-loss", np.nan) for c in cids]
         return {"train-loss": float(np.nanmean(losses)), "clients": len(cids)}

@@ -24,6 +24,7 @@ from flwr.common.logger import log
 
 from corolla.models.factory import shared_init
 from corolla.protocol import ArraySpec, PayloadError, row_keys
+from corolla.round import DEFAULT_CONTROL, Download, Phase
 from strategies.aggregation import weighted_mean, weighted_mean_rows
 from strategies.base import ClientResult, CorollaStrategy
 
@@ -41,14 +42,14 @@ class FedAvg(CorollaStrategy):
             self.global_params = shared_init(self.cfg, self.n_items)
 
     def configure_phase(self, phase, rnd, targets):
-        return dict(self.global_params), {}
+        return Download(dict(self.global_params))
 
     @property
     def row_tables(self) -> tuple[str, ...]:
         """Tables the clients send as changed rows (one-user harness, ``item-upload = rows``)."""
-        return ("item.weight",) if self.cfg.get("item-upload", "full") == "rows" else ()
+        return ("item.weight",) if self.cfg["harness"] == "one-user" and self.p.item_upload == "rows" else ()
 
-    def expected_payload(self, phase, cid):
+    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
         out = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in self.global_params.items()}
         for k in self.row_tables:
             m, d = out.pop(k).shape
@@ -58,7 +59,7 @@ class FedAvg(CorollaStrategy):
         return out
 
     def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
-        for k in (self.row_tables if phase == "train" else ()):
+        for k in (self.row_tables if phase == Phase.TRAIN else ()):
             rk, vk = row_keys(k)
             rows, vals = result.payload[rk], result.payload[vk]
             if len(rows) != len(vals):
@@ -92,14 +93,14 @@ class FedAvg(CorollaStrategy):
                 "clients": len(cids)}
 
     def evaluate_download(self, rnd, targets):
-        return dict(self.global_params), {}
+        return Download(dict(self.global_params))
 
     @property
     def secure_weighted(self):
         return self.weighted
 
     def secure_layout(self, phase, rnd):
-        return {k: v.shape for k, v in self.global_params.items()} if phase == "train" else None
+        return {k: v.shape for k, v in self.global_params.items()} if phase == Phase.TRAIN else None
 
     def aggregate_secure(self, phase, rnd, mean, metrics):
         self.global_params = {k: mean[k].astype(self.global_params[k].dtype) for k in self.global_params}
@@ -121,7 +122,7 @@ class Local(CorollaStrategy):
     # clients send their metrics with the training reply anyway (the one-user harness)
     fuses_after = True
 
-    def expected_payload(self, phase, cid):
+    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
         return {}
 
     def eval_fuses_after(self, rnd):

@@ -38,6 +38,7 @@ from flwr.common.logger import log
 from corolla import composite
 from corolla.models.factory import shared_init
 from corolla.protocol import ArraySpec
+from corolla.round import DEFAULT_CONTROL, Control, Download, Phase
 from corolla.util import rng
 from strategies.base import CorollaStrategy
 
@@ -48,8 +49,7 @@ class FedCA(CorollaStrategy):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
         self.shapes: dict[str, tuple[int, ...]] = {}
-        self.pending: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] not yet delivered
-        self.subset: list[int] = []
+        self.pending: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] not yet handed to the transport
         self._delivering: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] in the evaluation in flight
 
     def setup(self) -> None:
@@ -57,28 +57,33 @@ class FedCA(CorollaStrategy):
 
     # -------------------------------------------------------------- train
     def draw_subset(self, rnd: int, candidates: list[int]) -> list[int]:
-        n = max(1, int(self.cfg["agg-fraction"] * len(candidates)))
+        n = max(1, int(self.p.agg_fraction * len(candidates)))
         pick = rng(self.cfg["seed"], "agg-subset", rnd).choice(sorted(candidates), size=n, replace=False)
         return sorted(int(c) for c in pick)
 
     def configure_phase(self, phase, rnd, targets):
+        """Q_g[u] not yet delivered (a round not evaluated), and with ``fedca-upload = subset`` a
+        ``Control(upload=False)`` for every client not drawn for aggregation."""
         personal = {c: dict(self.pending[c]) for c in targets if c in self.pending}
-        for c in personal:
-            del self.pending[c]
-        self.subset = self.draw_subset(rnd, targets) if self.cfg["fedca-upload"] == "subset" else []
-        for c in self.subset:
-            personal.setdefault(c, {})["upload"] = np.ones(1, np.int8)
-        return {}, personal
+        control = {}
+        if self.p.fedca_upload == "subset":
+            drawn = set(self.draw_subset(rnd, targets))
+            control = {c: Control(upload=c in drawn) for c in targets}
+        return Download({}, personal, control)
 
-    def uploads(self, cid: int) -> bool:
-        return self.cfg["fedca-upload"] == "all" or cid in self.subset
+    def delivered(self, phase, rnd, cids):
+        """Q_g[u] handed to the transport: with a training message it is gone (interpolated there);
+        with an evaluation it waits for :meth:`evaluated` (a client that missed it gets it again)."""
+        sent = {c: self.pending.pop(c) for c in cids if c in self.pending}
+        if phase == Phase.EVALUATE:
+            self._delivering.update(sent)
 
-    def expected_payload(self, phase, cid):
-        if phase != "train" or not self.uploads(cid):
+    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
+        if phase != Phase.TRAIN or not control.upload:
             return {}
         out = {k: ArraySpec(s, "float32") for k, s in self.shapes.items()}
-        k = self.cfg["fedca-k"]
-        width = self.cfg["dim"] if self.cfg["fedca-subspace"] == "pca" else self.clients[cid]["train"]
+        k = self.p.fedca_k
+        width = self.cfg["dim"] if self.p.fedca_subspace == "pca" else self.clients[cid]["train"]
         out["basis"] = ArraySpec((k, width), "float32")
         return out
 
@@ -88,7 +93,7 @@ class FedCA(CorollaStrategy):
         near-equal size, each aggregated on its own (the QP, σ and c over the block only): the
         server's cost falls from |S|²·M·d to |S|·B·M·d and it holds one block's tables at a
         time. 0: one block, the paper's exact aggregation."""
-        b = int(self.cfg["fedca-block"])
+        b = int(self.p.fedca_block)
         if b <= 0 or len(subset) <= b:
             return [subset]
         order = rng(self.cfg["seed"], "fedca-block", rnd).permutation(len(subset))
@@ -98,19 +103,19 @@ class FedCA(CorollaStrategy):
     def aggregate_group(self, group: list[int], uploads) -> tuple[dict[int, dict[str, np.ndarray]], float]:
         """Personalised aggregates Q_g[u] of the clients of ``group`` over ``group`` (steps 5–9)
         and the mean self-weight."""
-        cfg = self.cfg
+        prm = self.p
         tables = {k: np.stack([uploads[c].payload[k] for c in group]) for k in self.shapes}
         n = np.array([float(uploads[c].metrics["num-examples"]) for c in group])
         p = n / n.sum() if n.sum() > 0 else np.full(len(group), 1.0 / len(group))
-        if cfg["fedca-similarity"] == "pca1":
+        if prm.fedca_similarity == "pca1":
             z = np.stack([composite.pca1_projection(q) for q in tables["item.weight"]])
             sigma = composite.similarity_pca1(z)
         else:
             sigma = composite.similarity_frobenius(tables["item.weight"])
         comp = composite.complementarity([uploads[c].payload["basis"].astype(np.float64) for c in group],
-                                         cfg["fedca-matching"])
-        w = composite.composite_weights(p, sigma, comp, cfg["fedca-alpha"], cfg["fedca-beta"],
-                                        cfg["fedca-weights"], cfg["fedca-qp"])
+                                         prm.fedca_matching)
+        w = composite.composite_weights(p, sigma, comp, prm.fedca_alpha, prm.fedca_beta,
+                                        prm.fedca_weights, prm.fedca_qp)
         agg = {k: composite.personalised(w, t) for k, t in tables.items()}
         return {c: {k: agg[k][j] for k in agg} for j, c in enumerate(group)}, float(np.sum(np.diag(w)))
 
@@ -120,8 +125,8 @@ class FedCA(CorollaStrategy):
             log(WARNING, "round %d: no valid upload; nothing is aggregated", rnd)
             return {"clients": len(results)}
         t0 = time.perf_counter()
-        subset = ([c for c in self.subset if c in uploads] if self.cfg["fedca-upload"] == "subset"
-                  else self.draw_subset(rnd, sorted(uploads)))
+        # with fedca-upload = subset only the drawn clients uploaded (Control): they are S
+        subset = sorted(uploads) if self.p.fedca_upload == "subset" else self.draw_subset(rnd, sorted(uploads))
         diag = 0.0
         groups = self.blocks(rnd, subset)
         for group in groups:
@@ -139,8 +144,7 @@ class FedCA(CorollaStrategy):
         return sorted(set(super().eval_targets(rnd, replied)) | set(self.pending))
 
     def evaluate_download(self, rnd, targets):
-        self._delivering = {c: self.pending.pop(c) for c in targets if c in self.pending}
-        return {}, dict(self._delivering)
+        return Download({}, {c: dict(self.pending[c]) for c in targets if c in self.pending})
 
     def evaluated(self, rnd, results):
         # delivered and interpolated; a client that missed it gets it with the next training

@@ -20,6 +20,7 @@ from flwr.common.logger import log
 
 from corolla.models.similarity import svd_reconstruct
 from corolla.protocol import ArraySpec, PayloadError
+from corolla.round import DEFAULT_CONTROL, Download, Phase
 from strategies.aggregation import RunningMean
 from strategies.base import ClientResult, CorollaStrategy
 
@@ -30,12 +31,12 @@ class FedCIAGFCF(CorollaStrategy):
         self.f_agg: np.ndarray | None = None
         self._mean = RunningMean()
 
-    def phases(self, rnd: int) -> list[str]:
-        return ["upload"] if self.f_agg is None else []
+    def phases(self, rnd: int) -> list[Phase]:
+        return [Phase.UPLOAD] if self.f_agg is None else []
 
-    def expected_payload(self, phase, cid):
+    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
         m = (self.n_items, self.n_items)
-        if self.cfg["gfcf-upload"] == "node-sum":   # a node's sum, or a client's own filter, or nothing
+        if self.p.gfcf_upload == "node-sum":   # a node's sum, or a client's own filter, or nothing
             return {"filter": ArraySpec(m, "float32", optional=True),
                     "filter-sum": ArraySpec(m, "float64", optional=True)}
         return {"filter": ArraySpec(m, "float32")}
@@ -68,10 +69,10 @@ class FedCIAGFCF(CorollaStrategy):
         return {"clients": n}
 
     def evaluate_download(self, rnd, targets):
-        return ({"filter": self.f_agg} if self.f_agg is not None else {}), {}
+        return Download({"filter": self.f_agg} if self.f_agg is not None else {})
 
     def secure_layout(self, phase, rnd):
-        return {"filter": (self.n_items, self.n_items)} if phase == "upload" else None
+        return {"filter": (self.n_items, self.n_items)} if phase == Phase.UPLOAD else None
 
     def aggregate_secure(self, phase, rnd, mean, metrics):
         self.f_agg = mean["filter"].astype(np.float32)
@@ -98,27 +99,27 @@ class FedCIAParam(CorollaStrategy):
         self.c_s: np.ndarray | None = None
         self._mean = RunningMean()
 
-    def phases(self, rnd: int) -> list[str]:
-        return ["train", "finetune"]
+    def phases(self, rnd: int) -> list[Phase]:
+        return [Phase.TRAIN, Phase.FINETUNE]
 
-    def expected_payload(self, phase, cid):
+    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
         m = self.n_items
-        if phase != "train":
+        if phase != Phase.TRAIN:
             return {}
-        if self.cfg["fedcia-upload"] == "svd":
-            rank = self.cfg["svd-rank"] or self.cfg["dim"]
+        if self.p.fedcia_upload == "svd":
+            rank = self.p.svd_rank or self.cfg["dim"]
             return {"vh": ArraySpec((rank, m)), "s": ArraySpec((rank,))}
         return {"sim": ArraySpec((m, m))}
 
     def accept(self, phase, rnd, cid, result: ClientResult) -> ClientResult:
-        if phase != "train":
+        if phase != Phase.TRAIN:
             return result
         p = result.payload
         self._mean.add(svd_reconstruct(p["vh"], p["s"]) if "vh" in p else p["sim"])
         return ClientResult({}, result.metrics)
 
     def aggregate_phase(self, phase, rnd, results):
-        if phase == "finetune":
+        if phase == Phase.FINETUNE:
             losses = [r.metrics.get("finetune-loss", np.nan) for r in results.values()]
             return {"finetune-loss": float(np.nanmean(losses)) if losses else float("nan")}
         c_s, n = self._mean.pop()
@@ -133,16 +134,16 @@ class FedCIAParam(CorollaStrategy):
         return True   # the clients evaluate their fine-tuned models in the finetune message
 
     def secure_layout(self, phase, rnd):
-        return {"sim": (self.n_items, self.n_items)} if phase == "train" else None
+        return {"sim": (self.n_items, self.n_items)} if phase == Phase.TRAIN else None
 
     def aggregate_secure(self, phase, rnd, mean, metrics):
         self.c_s = mean["sim"].astype(np.float32)
         return {"clients": metrics["clients"], "train-loss": metrics["train-loss"]}
 
     def configure_phase(self, phase, rnd, targets):
-        if phase == "finetune" and self.c_s is not None:
-            return {"sim": self.c_s}, {}
-        return {}, {}
+        if phase == Phase.FINETUNE and self.c_s is not None:
+            return Download({"sim": self.c_s})
+        return Download()
 
     def state_dict(self):
         return {"c_s": self.c_s} if self.c_s is not None else {}

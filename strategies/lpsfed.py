@@ -27,6 +27,7 @@ from flwr.common.logger import log
 
 from corolla.models import lgcn as L
 from corolla.protocol import ArraySpec
+from corolla.round import DEFAULT_CONTROL, Download, Phase
 from corolla.util import stable_seed
 from strategies.base import CorollaStrategy
 
@@ -77,11 +78,11 @@ class LPSFed(CorollaStrategy):
 
     @property
     def personalize(self) -> bool:
-        return self.personalized and bool(self.cfg["lpsfed-personalize"])
+        return self.personalized and bool(self.p.lpsfed_personalize)
 
     def setup(self) -> None:
         self.shapes = {k: v.shape for k, v in L.shared_init(self.cfg, self.n_items).items()}
-        if not self.uses_stats or not self.cfg["lpsfed-stats"]:
+        if not self.uses_stats or not self.p.lpsfed_stats:
             self.build_reference(*FIXED_REFERENCE)
 
     def summary(self) -> None:
@@ -98,29 +99,29 @@ class LPSFed(CorollaStrategy):
 
     def build_reference(self, nu: float, ni: float, ne: float) -> None:
         t0 = time.perf_counter()
-        self.reference = reference_kernel(nu, ni, ne, self.cfg["lpsfed-reference"], self.cfg["lgcn-phi"],
+        self.reference = reference_kernel(nu, ni, ne, self.p.lpsfed_reference, self.p.lgcn_phi,
                                           stable_seed(self.cfg["seed"], "reference-graph"))
-        log(INFO, "reference graph %s (%d users, %d items, %d edges): K_R in %.1f s", self.cfg["lpsfed-reference"],
+        log(INFO, "reference graph %s (%d users, %d items, %d edges): K_R in %.1f s", self.p.lpsfed_reference,
             round(nu), round(ni), round(ne), time.perf_counter() - t0)
 
     # -------------------------------------------------------------- phases
     def phases(self, rnd):
         if self.reference is None:
-            return ["stats", "train"]
-        return ["train"]
+            return [Phase.STATS, Phase.TRAIN]
+        return [Phase.TRAIN]
 
     def configure_phase(self, phase, rnd, targets):
-        if phase == "stats":
-            return {}, {}
+        if phase == Phase.STATS:
+            return Download()
         shared = {"reference": self.reference.astype(np.float32)} if self.reference is not None else {}
         personal = {}
         for c in targets:
             if c in self.theta:
                 personal[c] = {**self.theta[c], "margin": np.array([self.margin[c]], np.float32)}
-        return shared, personal
+        return Download(shared, personal)
 
-    def expected_payload(self, phase, cid):
-        if phase == "stats":
+    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
+        if phase == Phase.STATS:
             return {"stats": ArraySpec((4,), "float32")}
         out = {k: ArraySpec(s, "float32") for k, s in self.shapes.items()}
         out["rho"] = ArraySpec((1,), "float32")
@@ -131,12 +132,12 @@ class LPSFed(CorollaStrategy):
         return True   # each client evaluates its post-training model in the training message
 
     def aggregate_phase(self, phase, rnd, results):
-        if phase == "stats":
+        if phase == Phase.STATS:
             if not results:
                 raise RuntimeError("LPSFed: no client sent its subgraph statistics")
             st = np.stack([results[c].payload["stats"] for c in sorted(results)]).astype(np.float64)
             nu, ni, ne = st[:, 0].mean(), st[:, 1].mean(), st[:, 2].mean()
-            if self.cfg["lpsfed-gnmk-edges"] == "code":
+            if self.p.lpsfed_gnmk_edges == "code":
                 ne = ne / 4
             self.build_reference(nu, ni, ne)
             return {"stats-clients": len(results)}
@@ -145,14 +146,14 @@ class LPSFed(CorollaStrategy):
             return {}
         cids = sorted(results)
         rho = np.array([float(results[c].payload["rho"][0]) for c in cids])
-        rbar = normalised_rho(rho, self.cfg["lpsfed-normalize"]) if self.personalize else np.ones(len(cids))
+        rbar = normalised_rho(rho, self.p.lpsfed_normalize) if self.personalize else np.ones(len(cids))
         mean = {k: np.mean([results[c].payload[k] for c in cids], axis=0) for k in self.shapes}
         margins = np.array([float(results[c].payload["margin"][0]) for c in cids])
         m_bar = float(margins.mean())
         for j, c in enumerate(cids):
             own = results[c].payload
             self.theta[c] = {k: (rbar[j] * mean[k] + (1 - rbar[j]) * own[k]).astype(np.float32) for k in self.shapes}
-            self.margin[c] = m_bar if self.cfg["lpsfed-margin"] == "global" else \
+            self.margin[c] = m_bar if self.p.lpsfed_margin == "global" else \
                 float(rbar[j] * m_bar + (1 - rbar[j]) * margins[j])
         out = {"clients": len(cids), "train-loss": float(np.mean([results[c].metrics.get("train-loss", np.nan)
                                                                     for c in cids]))}

@@ -27,6 +27,7 @@ from flwr.common.logger import log
 
 from corolla import graph
 from corolla.protocol import ArraySpec
+from corolla.round import DEFAULT_CONTROL, Download
 from strategies.base import CorollaStrategy
 
 DIM = 32
@@ -60,21 +61,21 @@ class GraphAggregation(CorollaStrategy):
     # -------------------------------------------------------------- download
     def configure_phase(self, phase, rnd, targets):
         shared: dict[str, np.ndarray] = {}
-        if self.global_table is not None and (self.gpfedrec or self.cfg["graph-mode"] == "paper"):
+        if self.global_table is not None and (self.gpfedrec or self.p.graph_mode == "paper"):
             shared["item.global"] = self.global_table
         key = "item.target" if self.gpfedrec else "item.weight"
         personal = {c: {key: self.personal[c]} for c in targets if c in self.personal}
-        return shared, personal
+        return Download(shared, personal)
 
     # -------------------------------------------------------------- upload
     def graph_input_shape(self) -> tuple[int, ...]:
-        if self.cfg["graph-input"] == "text":
-            return (self.cfg["text-dim"],)
-        if self.cfg["use-joint-embedding"]:
-            return (DIM, self.cfg["text-dim"])
+        if self.p.graph_input == "text":
+            return (self.p.text_dim,)
+        if self.p.use_joint_embedding:
+            return (DIM, self.p.text_dim)
         return (1, DIM)
 
-    def expected_payload(self, phase, cid):
+    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
         out = {"item.weight": ArraySpec((self.n_items, DIM), "float32")}
         if not self.gpfedrec:
             out["graph.input"] = ArraySpec(self.graph_input_shape(), "float32")
@@ -89,15 +90,15 @@ class GraphAggregation(CorollaStrategy):
         t0 = time.perf_counter()
         cids = sorted(uploads)
         e = np.stack([uploads[c].payload["item.weight"].reshape(-1) for c in cids])          # N × M·32
-        every = max(1, int(self.cfg["graph-update-every"]))
+        every = max(1, int(self.p.graph_update_every))
         if self.adjacency is None or cids != self.graph_clients or (rnd - 1) % every == 0:
             x = e if self.gpfedrec else np.stack([uploads[c].payload["graph.input"].reshape(-1) for c in cids])
-            self.adjacency = graph.build_graph(x, self.cfg["graph-mode"], self.cfg["neighborhood-size"],
-                                               self.cfg["neighborhood-threshold"])
+            self.adjacency = graph.build_graph(x, self.p.graph_mode, self.p.neighborhood_size,
+                                               self.p.neighborhood_threshold)
             self.graph_clients, self.graph_round = cids, rnd
         r = graph.propagate(self.adjacency, e)
         self.global_table = r.mean(0).reshape(self.n_items, DIM).astype(np.float32)
-        if self.gpfedrec or self.cfg["graph-mode"] == "reference":
+        if self.gpfedrec or self.p.graph_mode == "reference":
             for j, c in enumerate(cids):
                 self.personal[c] = r[j].reshape(self.n_items, DIM)
         a = self.adjacency

@@ -27,10 +27,10 @@ SMALL = ["num-rounds=3", "split=loo", "partition=blocks", "num-clients=20", "pro
          "compat-fedcia-metrics=false", "select-metric=ndcg@10", "patience=0", "phase-timeout=120"]
 
 
-def corolla(args, out, data_dir, **kw):
+def corolla(args, out, data_dir, path=(), **kw):
     cmd = [sys.executable, "-m", "launcher.cli", "run", "--preset", "fedavg-mf-ml100k", "--data-dir", data_dir,
            "--out", str(out)] + args
-    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, path)]))
     # as a command typed at a terminal: SIGINT at its default, even when pytest itself was started
     # in the background of a script (which ignores SIGINT, and Python then keeps it ignored)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -88,8 +88,9 @@ def test_real_superlink_run_matches_twenty_node_run_and_excludes_bad_payloads(tm
 
 def test_nan_and_wrong_shape_payloads_are_excluded(tmp_path, data_dir):
     out = tmp_path / "faults"
+    # test-only fault injection (tests/faults.py) in the SuperNodes' ClientApps, by their PYTHONPATH
     p = corolla(["--nodes", "2", "--node-config", "0:fault-nan=3", "--node-config", "1:fault-shape=12"]
-                + sets(["num-rounds=2"]), out, data_dir)
+                + sets(["num-rounds=2"]), out, data_dir, path=[ROOT / "tests" / "fault_hook"])
     log, _ = p.communicate(timeout=600)
     assert p.returncode == 0, log
     rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]

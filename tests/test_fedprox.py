@@ -42,8 +42,12 @@ def test_proximal_term_by_hand():
             with torch.no_grad():
                 self.item.weight.copy_(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
 
+    from corolla import methods
+    from corolla.config import resolve
+
     c = FedProxClient.__new__(FedProxClient)
-    c.cfg, c.device = {"fedprox-mu": 0.5}, torch.device("cpu")
+    cfg = resolve("fedprox-mf-ml100k", {"fedprox-mu": 0.5})
+    c.cfg, c.p, c.device = cfg, methods.run_params(cfg), torch.device("cpu")
     model = Tiny()
     term = c.penalty(model, {"item.weight": np.array([[0.0, 2.0], [3.0, 2.0]], np.float32)})()
     assert float(term) == pytest.approx(0.5 / 2 * (1.0 + 4.0))

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from corolla.config import resolve
 from corolla.messages import ClientOut, PhaseReply, PhaseRequest, RunInfo
 from corolla.protocol import validate_payload
+from corolla.round import Download
 from flower_io.records import record_bytes, to_records
 from server_app.exchange import Exchanger
 from server_app.roster import Roster
@@ -230,7 +231,8 @@ def test_hostile_replies_are_excluded_never_aggregated(client_cases, reply_cases
 
     t = _Transport(make_reply)
     ex = Exchanger(s, roster, t, run, dict(s.cfg))
-    results, stats, _ = ex.exchange("train", 1, list(range(8)), dict(s.global_params), {})
+    out = ex.exchange("train", 1, list(range(8)), Download(dict(s.global_params)))
+    results, stats = out.results, out.stats
     s.aggregate_phase("train", 1, results)          # the strategy folds only what was accepted
     assert all(np.isfinite(v).all() for v in s.global_params.values())
 
@@ -262,7 +264,7 @@ def test_the_case_list_is_exercised():
 def test_valid_replies_fit_the_bound_and_a_hundredfold_reply_is_rejected_before_decoding(monkeypatch):
     s, roster, _ = _setup()
     ex = Exchanger(s, roster, _Transport(None), RunInfo("fuzz", "h"), dict(s.cfg))
-    reqs, _ = ex.build("train", 1, list(range(8)), dict(s.global_params), {})
+    reqs, _, _ = ex.build("train", 1, list(range(8)), Download(dict(s.global_params)))
     for node, req in reqs:
         limit = ex.expected_bytes("train", req)
         valid = PhaseReply({c: _valid_out(c) for c in req.clients}).encode()
@@ -450,7 +452,7 @@ def test_hostile_secure_aggregation_replies_exclude_the_node_never_give_a_wrong_
                 reply = PhaseReply.decode(rep)
             except Exception:  # noqa: BLE001 - the exchanger excludes a malformed reply
                 continue
-            _, why = Exchanger._secure_reply(sec, node, SECAGG_NODES[node], reply)
+            _, why = Exchanger.secure_reply(sec, node, SECAGG_NODES[node], reply)
             if why is None:
                 taken.append(node)
         mean, mets, n = sec.unmask()

@@ -34,7 +34,8 @@ class _Roster:
 
 
 def _strategy():
-    s = FedCIAGFCF({"gfcf-upload": "node-sum"})
+    from corolla.config import resolve
+    s = FedCIAGFCF(resolve("fedcia-gfcf-ml100k", {"gfcf-upload": "node-sum"}))
     s.roster = _Roster()
     return s
 

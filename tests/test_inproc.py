@@ -56,7 +56,12 @@ def test_bytes_equal_payload_sizes(tmp_path, data_dir, fused):
 
 
 @pytest.mark.parametrize("fault", ["fault-nan", "fault-shape"])
-def test_bad_payload_excluded_and_logged(tmp_path, data_dir, fault):
+def test_bad_payload_excluded_and_logged(tmp_path, data_dir, fault, monkeypatch):
+    import client_app.host
+    from tests import faults
+
+    monkeypatch.setattr(client_app.host.NodeHost, "_finish", client_app.host.NodeHost._finish)
+    faults.install()   # test-only: the node config's fault keys corrupt those clients' uploads
     s, _ = run(tmp_path, fault, data_dir, nodes=2, node_extra={fault: "3"})
     rounds = [json.loads(x) for x in open(tmp_path / fault / "rounds.jsonl")]
     for r in rounds:

@@ -73,3 +73,41 @@ def test_method_keys_live_beside_their_method():
     text = keys_text("fedca")
     assert "fedca-rho (float, default 0.9)" in text and "lr-mlp" in text and "lpsfed-tau1" not in text
     assert "topk (str, default '10')" in text
+
+
+def test_a_run_holds_only_its_methods_keys_and_refuses_another_methods():
+    """A run's schema is the core keys plus the keys its method owns; a key of another method in a
+    config file or an override is an error naming its owner, and a preset sets only its own
+    method's keys (a preset's keys for another method are dropped when --set method= changes it)."""
+    from corolla import methods
+    from corolla.config import CORE, list_presets, resolve
+    from corolla.keys import ConfigError
+
+    for p in list_presets():
+        cfg = resolve(p.name)
+        m = methods.lookup(cfg)
+        own = set(CORE) | set(methods.owner_keys(m))
+        assert set(cfg) == own, (p.name, sorted(set(cfg) ^ own))
+        assert set(p.config) <= own, (p.name, sorted(set(p.config) - own))    # presets set only their keys
+        methods.run_params(cfg)                                                # the typed parameters build
+    with pytest.raises(ConfigError, match="'fedca-rho' .* belongs to fedca, not to this run's method fedavg"):
+        resolve("fedavg-mf-ml100k", {"fedca-rho": 0.5})
+    cfg = resolve("fedca-pmf-ml100k", {"method": "fedavg"})   # the preset's FedCA keys are dropped
+    assert "fedca-rho" not in cfg and not hasattr(methods.run_params(cfg), "fedca_rho")
+
+
+def test_the_parameter_type_is_frozen_typed_and_checked():
+    import dataclasses
+
+    from corolla import methods
+    from corolla.config import resolve
+    from corolla.keys import ConfigError
+
+    cfg = resolve("fedca-pmf-ml100k")
+    p = methods.run_params(cfg)
+    assert p.fedca_rho == cfg["fedca-rho"] and type(p).__name__ == "FedcaOneUserParams"
+    assert "``fedca_rho`` (``fedca-rho``, float" in type(p).__doc__
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.fedca_rho = 0.1
+    with pytest.raises(ConfigError, match="'fedca-qp' of fedca one-user: expected one of"):
+        type(p).from_config({**cfg, "fedca-qp": "magic"})

@@ -24,10 +24,11 @@ from typing import Any
 from corolla.keys import ConfigError, Key
 from corolla.methods.declaration import Harness, Method
 
-__all__ = ["Harness", "Method", "check", "find", "harnesses", "lookup", "method_keys", "names", "owner_keys", "protocol", "table"]
+__all__ = ["Harness", "Method", "check", "find", "harnesses", "lookup", "method_keys", "names", "owner_keys", "params_type",
+           "run_params", "protocol", "table"]
 
 
-NOT_METHODS = {"declaration", "harness"}
+NOT_METHODS = {"declaration", "harness", "params"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -121,6 +122,17 @@ def check(cfg: dict[str, Any]) -> Method:
     if m.check is not None:
         m.check(cfg)
     return m
+
+
+def params_type(m: Method) -> type:
+    """The frozen, typed parameter class of ``m`` (``corolla.methods.params``)."""
+    from corolla.methods.params import params_type_of
+    return params_type_of(f"{m.name} {m.harness}", tuple(sorted(owner_keys(m).items())))
+
+
+def run_params(cfg: dict[str, Any]):
+    """The run's method parameters: an instance of its declaration's :func:`params_type`."""
+    return params_type(lookup(cfg)).from_config(cfg)
 
 
 def owner_keys(m: Method) -> dict[str, Key]:

@@ -25,5 +25,6 @@ PROTOCOL = "Once, users with a common item learn of each other through a matchin
 METHODS = [
     Method("distfedavg", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient",
-           "inverse-distance weighted user rows (user-agg), item rows by item-agg", "Dist-FedAvg Table 3", keys=KEYS),
+           "inverse-distance weighted user rows (user-agg), item rows by item-agg", "Dist-FedAvg Table 3", keys=KEYS,
+           key_owners=("fedatt",)),   # user-agg / item-agg = fedatt uses FedAtt's keys
 ]

@@ -26,6 +26,11 @@ def check_gfcf(cfg):
         raise ConfigError("config key 'protocol': GF-CF scores every item; it needs protocol=full-rank")
 
 
+def check_param(cfg):
+    if cfg["secagg"] != "none" and cfg["fedcia-upload"] != "full":
+        raise ConfigError("config key 'secagg': secure aggregation sums full uploads; it needs fedcia-upload=full")
+
+
 PROTOCOL = "Parameter models: each round a client trains its model and uploads an M×M item–item similarity of its item embeddings (11.3 MB at M = 1,682; or its truncated-SVD factors with fedcia-upload = svd), plus Laplace noise; the server sums them and sends the mean similarity back once per node; clients fine-tune towards it. GF-CF: one shot, each client uploads its M×M GF-CF filter and receives the mean filter (with gfcf-upload = node-sum a node uploads the float64 sum of its clients' filters instead). The server sees each client's (noised) similarity or filter — with node-sum only each node's sum — never embeddings or interactions."
 
 METHODS = [
@@ -35,5 +40,6 @@ METHODS = [
     Method("fedcia", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedcia:FedCIAParam",
            "client_app.fedcia:FedCIAParamClient",
            "item-item similarity of each client's item table summed on the server; fine-tuning towards it",
-           "FedCIA Table 1 MF/MLP/LightGCN rows", heterogeneous=True, keys=KEYS, secure_phase="train"),
+           "FedCIA Table 1 MF/MLP/LightGCN rows", heterogeneous=True, keys=KEYS, check=check_param,
+           secure_phase="train"),
 ]

@@ -10,7 +10,7 @@ METHODS = [
            "no aggregation: each silo trains its own model", heterogeneous=True),
     Method("local", "silo", ("gfcf",), "strategies.fedavg:Local", "client_app.gfcf:LocalGFCFClient",
            "GF-CF without aggregation: each client predicts R_k F_k from its own data", "FedCIA Table 1 GF-CF local",
-           check=lambda cfg: _full_rank(cfg)),
+           check=lambda cfg: _full_rank(cfg), key_owners=("fedcia",)),   # GF-CF's filter keys
     Method("local", "one-user", ("mf", "ncf"), "strategies.fedavg:Local", "client_app.pmf:OneUserClient",
            "each user trains its own PMF/NCF; nothing is uploaded", "FedCA Table 1 Local row",
            strategy_options={"fuses_after": False}, client_options={"start_from": "own", "uploads": False}),
