@@ -56,7 +56,9 @@ OFFLINE_MISSING = {"ml-1m": ("ml-1m", "ratings.dat")}
 
 
 def presets() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "presets").glob("*.toml"))
+    from corolla.config import preset_names
+
+    return preset_names()
 
 
 def _round_floats(x):

@@ -17,6 +17,9 @@ def test_the_staged_checkout_gives_flowers_fab_byte_for_byte(tmp_path):
     assert staged == tmp_path / "app"
     assert build_fab_from_disk(staged) == build_fab_from_disk(ROOT)
     assert not (staged / ".venv").exists() and not (staged / "tests").exists()
+    from corolla.config import preset_names   # the ServerApp resolves its preset from inside the FAB
+
+    assert sorted(p.stem for p in (staged / "corolla" / "presets").glob("*.toml")) == preset_names()
 
 
 def _app(root: Path, include: str | None) -> Path:
