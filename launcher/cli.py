@@ -324,7 +324,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     if args.data_dir and not Path(args.data_dir).expanduser().is_dir():
         print(f"error: --data-dir {args.data_dir}: no such directory (expected the datasets folder, laid out as "
-              f"../shared/datasets: ml-100k/u.data, ...; leave it out to download from the official URLs)",
+              f"corolla/data/sources.py names them: ml-100k/u.data, ...; leave it out to download from the official URLs)",
               file=sys.stderr)
         return 2
     for flag, value in (("--ray-address", args.ray_address), ("--sim-client-cpus", args.sim_client_cpus)):

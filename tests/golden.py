@@ -9,7 +9,7 @@ large for a CI core are reduced by the overrides in :data:`REDUCE` (the same ove
 after, so the comparison is exact). Presets whose dataset is not in the offline data directory
 (ML-1M's ratings) are listed with the reason instead of a result.
 
-    python -m tests.golden --data-dir ../shared/datasets            # rewrite the golden file
+    python -m tests.golden --data-dir $COROLLA_DATA            # rewrite the golden file
 """
 
 from __future__ import annotations
