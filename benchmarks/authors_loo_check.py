@@ -7,7 +7,7 @@ user, the validation and test items and the 99 + 99 evaluation negatives with
 optionally writes (``--out``) the counts of users that differ.
 
     python benchmarks/authors_loo_check.py --authors-dir /tmp/authors/gp \\
-        --authors-python /tmp/authors/venv/bin/python --data-dir ../shared/datasets \\
+        --authors-python /tmp/authors/venv/bin/python --data-dir $COROLLA_DATA \\
         --set ml100k-file=gpfedrec-csv --set eval-neg-sampler=python-random
 """
 

@@ -15,7 +15,7 @@ server detects from each reply's ``state-round``); and it prints the table (roun
 replies, excluded, round time, the event before the round) and the final metrics, with the
 round-time cost of a failure (a round that lost a node against the median of the others).
 
-    python benchmarks/churn.py --data-dir ../shared/datasets --json docs/results/churn.json
+    python benchmarks/churn.py --data-dir $COROLLA_DATA --json docs/results/churn.json
 """
 from __future__ import annotations
 

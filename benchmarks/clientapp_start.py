@@ -9,7 +9,7 @@ per preset, the median over ``--repeats`` processes with the node cache warm (a 
 served one message already), the first (cold-cache) process, and the heavy modules the process
 imported::
 
-    python benchmarks/clientapp_start.py --data-dir ../shared/datasets \
+    python benchmarks/clientapp_start.py --data-dir $COROLLA_DATA \
         --presets fedavg-mf-ml100k fedcia-gfcf-ml100k fedca-pmf-ml100k [--tree DIR] [--json FILE]
 
 ``--tree`` measures another checkout (e.g. the code before a change) with this machine's venv.

@@ -20,7 +20,7 @@ Per run: the command's wall time, the median round wall time over rounds 2.., th
 rounds, the 1-minute load average before it, and whether the test metrics equal the in-process
 run's. Prints a Markdown table; ``--json`` keeps the rows.
 
-    python benchmarks/floor.py --data-dir ../shared/datasets --json docs/results/floor.json
+    python benchmarks/floor.py --data-dir $COROLLA_DATA --json docs/results/floor.json
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ round 4 ``num-examples = 1e30``, round 5 a reply 100x the expected size. The oth
 honest. It prints every exclusion (round, node, client, reason), the node's flags from
 ``summary.json``, and the final metrics next to the same run without the hostile node's tricks.
 
-    python benchmarks/hostile_node.py --data-dir ../shared/datasets --json docs/results/hostile-node.json
+    python benchmarks/hostile_node.py --data-dir $COROLLA_DATA --json docs/results/hostile-node.json
 """
 from __future__ import annotations
 

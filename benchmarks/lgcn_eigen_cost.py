@@ -1,8 +1,8 @@
-"""The spectral basis's one-time cost per LPSFed client (spec A2): Lanczos for the first Φ
+"""The spectral basis's one-time cost per LPSFed client (paper §2.2; `docs/methods/lpsfed.md`): Lanczos for the first Φ
 eigenvectors of each client's normalised Laplacian, timed without the node cache, with the
 subgraph's size, the basis's bytes (it stays on the node) and the process's peak memory.
 
-    python benchmarks/lgcn_eigen_cost.py --data-dir ../shared/datasets --preset lpsfed-gowalla \\
+    python benchmarks/lgcn_eigen_cost.py --data-dir $COROLLA_DATA --preset lpsfed-gowalla \\
         --out docs/results/lgcn-eigen-cost-gowalla.json
 """
 

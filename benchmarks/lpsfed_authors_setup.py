@@ -3,7 +3,7 @@
 What it does (every edit is listed in ``benchmarks/lpsfed_authors.md``):
 
 1. writes ``data/<NAME>/train.json`` in the authors' input format (one list of item ids per user,
-   ids 0-based and contiguous) from a raw dataset in ``../shared/datasets``: ML-100K ``u.data``
+   ids 0-based and contiguous) from a raw dataset in ``--data-dir`` (default ``$COROLLA_DATA``): ML-100K ``u.data``
    (each user's items in file order) or the LightGCN Gowalla ``train.txt``;
 2. applies the minimal edits to the authors' files: a dataset entry for ML-100K (the ML-1M values
    for every hyper-parameter), the dataset, seed, aggregation period and FedAvg switch read from the
@@ -13,12 +13,13 @@ What it does (every edit is listed in ``benchmarks/lpsfed_authors.md``):
 Their preprocessing, partition, eigen-decomposition and training are then run unchanged
 (commands in the .md). Nothing of their code is part of this repository.
 
-    python benchmarks/lpsfed_authors_setup.py CHECKOUT --dataset ml100k --data-dir ../shared/datasets
+    python benchmarks/lpsfed_authors_setup.py CHECKOUT --dataset ml100k --data-dir $COROLLA_DATA
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 NAMES = {"ml100k": "ML-100K", "gowalla": "Gowalla"}
@@ -115,8 +116,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkout", type=Path)
     ap.add_argument("--dataset", choices=sorted(NAMES), required=True)
-    ap.add_argument("--data-dir", type=Path, default=Path("../shared/datasets"))
+    ap.add_argument("--data-dir", type=Path, default=os.environ.get("COROLLA_DATA"),
+                    help="the dataset folder (layout: corolla/data/sources.py; default $COROLLA_DATA)")
     a = ap.parse_args()
+    if a.data_dir is None:
+        ap.error("--data-dir: expected the dataset folder (or set COROLLA_DATA)")
     lists = (ml100k_lists if a.dataset == "ml100k" else gowalla_lists)(a.data_dir)
     out = a.checkout / "data" / NAMES[a.dataset]
     out.mkdir(parents=True, exist_ok=True)

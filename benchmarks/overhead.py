@@ -10,7 +10,7 @@ leave-one-out, 3 rounds) through ``corolla run`` and reads ``rounds.jsonl``:
 
 Usage::
 
-    python benchmarks/overhead.py --data-dir ../shared/datasets [--clients 10 100 943] \
+    python benchmarks/overhead.py --data-dir $COROLLA_DATA [--clients 10 100 943] \
         [--modes sim local] [--nodes 4] [--out benchmarks/out/overhead]
 
 It prints a Markdown table (mean over rounds 2..R; round 1 includes process and cache warm-up).
@@ -21,7 +21,7 @@ for reference), and reports per round the wall time, the clients' compute (the s
 round's phases of the largest per-node compute) and their difference, the overhead; plus the
 end-to-end time of the ``corolla run`` command (process start-up to exit)::
 
-    python benchmarks/overhead.py --data-dir ../shared/datasets \
+    python benchmarks/overhead.py --data-dir $COROLLA_DATA \
         --presets fedavg-mf-ml100k fedcia-gfcf-ml100k fedca-pmf-ml100k --nodes 2 4 --rounds 3 \
         --out benchmarks/out/overhead-after --json docs/results/overhead-after.json
 """

@@ -13,7 +13,7 @@ Needs root (namespaces) and ``ray`` on PATH (the venv's). Prints a JSON summary;
 writes it. The commands it runs are those of ``docs/deployment.md`` ("Simulation on a Ray
 cluster").
 
-    sudo .venv/bin/python benchmarks/ray_cluster.py --data-dir ../shared/datasets \\
+    sudo .venv/bin/python benchmarks/ray_cluster.py --data-dir $COROLLA_DATA \\
         --json docs/results/ray-cluster.json
 """
 from __future__ import annotations

@@ -18,11 +18,11 @@ Every row records the machine's load (1-minute load average before the run and i
 the run, from /proc/loadavg; the machine has ``os.cpu_count()`` cores). Prints Markdown tables;
 ``--json`` keeps the rows (docs/results/scale-*.json); ``--plot`` draws them.
 
-    python benchmarks/scale.py clients --data-dir ../shared/datasets --json docs/results/scale-clients.json
-    python benchmarks/scale.py nodes --data-dir ../shared/datasets --nodes 1 2 4 8 16 32 \\
+    python benchmarks/scale.py clients --data-dir $COROLLA_DATA --json docs/results/scale-clients.json
+    python benchmarks/scale.py nodes --data-dir $COROLLA_DATA --nodes 1 2 4 8 16 32 \\
         --json docs/results/scale-nodes.json
-    python benchmarks/scale.py compose --data-dir ../shared/datasets --nodes 16 --json docs/results/scale-compose.json
-    python benchmarks/scale.py fedca --data-dir ../shared/datasets --json docs/results/scale-fedca.json
+    python benchmarks/scale.py compose --data-dir $COROLLA_DATA --nodes 16 --json docs/results/scale-compose.json
+    python benchmarks/scale.py fedca --data-dir $COROLLA_DATA --json docs/results/scale-fedca.json
     python benchmarks/scale.py plot --json docs/results/scale-clients.json docs/results/scale-nodes.json \\
         --out docs/results/scale.png
 

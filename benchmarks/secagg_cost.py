@@ -15,7 +15,7 @@ aggregate from the plain run's, the quantisation bound ``e·(1 + |T/W|)/(W − e
 n·2c/2^bits`` (the sum and the weight are each off by less than ``e``), and per phase the bytes
 up/down and the wall time.
 
-    python benchmarks/secagg_cost.py --data-dir ../shared/datasets --json docs/results/secagg-cost.json
+    python benchmarks/secagg_cost.py --data-dir $COROLLA_DATA --json docs/results/secagg-cost.json
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ one message.
 
 Usage::
 
-    python benchmarks/server_memory.py --data-dir ../shared/datasets [--clients 10 100 943] \
+    python benchmarks/server_memory.py --data-dir $COROLLA_DATA [--clients 10 100 943] \
         [--mode local] [--nodes 4] [--clients-per-message 10]
 """
 

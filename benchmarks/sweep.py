@@ -9,10 +9,10 @@ ties against the positive) and the paper's numbers.
 
 Usage (the FedCA tables of ``docs/results.md``)::
 
-    python benchmarks/sweep.py --data-dir ../shared/datasets --mode inproc --record \\
+    python benchmarks/sweep.py --data-dir $COROLLA_DATA --mode inproc --record \\
         fedca-pmf-ml100k fedavg-pmf-ml100k fcf-pmf-ml100k fedatt-pmf-ml100k local-pmf-ml100k \\
         pfedrec-ml100k
-    python benchmarks/sweep.py --data-dir ../shared/datasets --mode inproc --record \\
+    python benchmarks/sweep.py --data-dir $COROLLA_DATA --mode inproc --record \\
         --set num-rounds=50 --vary fedca-rho=0.5,0.6,0.7,0.8,0.9,1.0 fedca-pmf-ml100k
 
 ``--vary key=v1,v2`` runs every preset once per value; ``--set`` applies to every run.

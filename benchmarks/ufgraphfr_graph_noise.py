@@ -3,7 +3,7 @@
 Reads the clients' saved state of a finished run (``<run>/node-state/<node>/c<cid>.r<round>.npz``:
 the clean W_u each client keeps, and its text vector v_u), rebuilds the server's graph
 (``graph-mode``/``neighborhood-*`` of the run's config) from the clean W_u, from W_u plus
-Laplace(0, ε) noise for each ε (as the clients upload it, spec UFGRAPHFR §3.1), and from v_u
+Laplace(0, ε) noise for each ε (as the clients upload it: the authors' `engine.py:316-326`, `docs/methods/ufgraphfr.md`), and from v_u
 (the oT ablation's input), and reports how far apart the graphs are: neighbours per user, the
 fraction of user pairs on which two graphs agree (linked or not), what two independent graphs with
 the same row densities would agree on by chance, and the mean Jaccard index of each user's

@@ -5,8 +5,9 @@ Keys are kebab-case like Flower run-config keys; values are TOML scalars (lists 
 as comma-separated strings, e.g. ``topk = "5,10,20"``) because Flower run-config values must
 be scalars. An unknown key is an error that lists the valid ones.
 
-Presets live in ``presets/<name>.toml`` beside this package (the app directory, so they are
-shipped inside the Flower App Bundle)::
+Presets live in ``corolla/presets/<name>.toml``: package data, read through
+:mod:`importlib.resources`, so an installed wheel has them as a checkout does, and the Flower App
+Bundle ships them (``fab-include`` in ``pyproject.toml``)::
 
     [preset]
     description = "..."
@@ -23,12 +24,15 @@ from __future__ import annotations
 import difflib
 import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
 from corolla.keys import ConfigError, Key
 
-PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
+# the presets are package data: a folder in a checkout, in site-packages after `pip install .`
+PRESET_DIR: Traversable = resources.files("corolla") / "presets"
 
 
 # fmt: off
@@ -197,21 +201,24 @@ class Preset:
     paper: dict[str, Any] = field(default_factory=dict)
 
 
-def preset_path(name: str) -> Path:
+def preset_path(name: str) -> Traversable:
     return PRESET_DIR / f"{name}.toml"
 
 
+def preset_names() -> list[str]:
+    """The shipped presets, sorted (the ``.toml`` files of the package's ``presets`` folder)."""
+    return sorted(p.name[:-len(".toml")] for p in PRESET_DIR.iterdir() if p.name.endswith(".toml") and p.is_file())
+
+
 def list_presets() -> list[Preset]:
-    return [load_preset(p.stem) for p in sorted(PRESET_DIR.glob("*.toml"))]
+    return [load_preset(n) for n in preset_names()]
 
 
 def load_preset(name: str) -> Preset:
     path = preset_path(name)
     if not path.is_file():
-        names = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
-        raise ConfigError(f"unknown preset '{name}' (no {path}). Presets: {', '.join(names)}")
-    with open(path, "rb") as fh:
-        doc = tomllib.load(fh)
+        raise ConfigError(f"unknown preset '{name}' (no {path}). Presets: {', '.join(preset_names())}")
+    doc = tomllib.loads(path.read_text(encoding="utf-8"))
     extra = set(doc) - {"preset", "config", "paper"}
     if extra:
         raise ConfigError(f"preset {path}: unexpected tables {sorted(extra)}; expected preset, config, paper")

@@ -2,14 +2,14 @@
 # The compose fault drills of docs/deployment.md, run once and summarised (needs the image:
 # docker/build-offline.sh). Exit code non-zero when an outcome is not the documented one.
 #
-#   COROLLA_DATA=../shared/datasets docker/faults.sh
+#   COROLLA_DATA=/path/to/datasets docker/faults.sh
 #
 # A. a SuperNode container killed mid-run, then started again: the run completes;
 # B. the SuperLink restarted mid-run: the submission fails; resuming from the checkpoint on the
 #    results volume completes the run with the metrics of an uninterrupted run (in process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export COROLLA_DATA=${COROLLA_DATA:-../shared/datasets}
+export COROLLA_DATA=${COROLLA_DATA:?set COROLLA_DATA to the dataset folder (layout: corolla/data/sources.py)}
 export COROLLA_PRESET=fedavg-mf-ml100k COROLLA_OFFLINE=1 COROLLA_NODES=3
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); else compose=(docker-compose); fi
 p=corolla-faults

@@ -2,7 +2,7 @@
 # Corolla on Docker, start to finish, on a machine without registry access. Exit code non-zero on
 # any failure; the metrics are printed last.
 #
-#   COROLLA_DATA=../shared/datasets docker/smoke.sh
+#   COROLLA_DATA=/path/to/datasets docker/smoke.sh
 #
 # 1. builds the image (docker/build-offline.sh: debootstrap base + host wheelhouse);
 # 2. docker compose up: fedavg-mf-ml100k, 3 rounds, 3 SuperNode containers -> runs/smoke-3, exit 0;
@@ -14,7 +14,7 @@
 #    exit code 305 in its log, [code: 2004]; the process exits non-zero).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export COROLLA_DATA=${COROLLA_DATA:-../shared/datasets}
+export COROLLA_DATA=${COROLLA_DATA:?set COROLLA_DATA to the dataset folder (layout: corolla/data/sources.py)}
 export COROLLA_PRESET=fedavg-mf-ml100k COROLLA_ROUNDS=${COROLLA_ROUNDS:-3} COROLLA_OFFLINE=1
 export COROLLA_IMAGE=${COROLLA_IMAGE:-corolla:latest}
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); else compose=(docker-compose); fi

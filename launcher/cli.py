@@ -324,7 +324,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     if args.data_dir and not Path(args.data_dir).expanduser().is_dir():
         print(f"error: --data-dir {args.data_dir}: no such directory (expected the datasets folder, laid out as "
-              f"../shared/datasets: ml-100k/u.data, ...; leave it out to download from the official URLs)",
+              f"corolla/data/sources.py names them: ml-100k/u.data, ...; leave it out to download from the official URLs)",
               file=sys.stderr)
         return 2
     for flag, value in (("--ray-address", args.ray_address), ("--sim-client-cpus", args.sim_client_cpus)):
@@ -584,9 +584,10 @@ def keys_command(args: argparse.Namespace) -> int:
 def report_command(args: argparse.Namespace) -> int:
     from corolla.report.make import make
 
-    out = Path(args.out).expanduser().resolve()
-    res = make(args.inputs, out, Path(args.markdown) if args.markdown else None,
-               Path(args.readme) if args.readme else None)
+    res = make(args.inputs, Path(args.out).expanduser().resolve() if args.out else None,
+               Path(args.markdown) if args.markdown else None, Path(args.readme) if args.readme else None,
+               results_dir=args.results, catalogue=args.catalogue, results_md=args.results_md,
+               method_docs=args.method_docs)
     print(f"corolla report: {res['rows']} rows in {res['boards']} leaderboards, {len(res['pages'])} pages in "
           f"{res['seconds']:.1f} s -> {res['index']}")
     for p in res["run_pages"]:
@@ -681,8 +682,17 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("report", help="the leaderboards of the papers' tables, a page per method and per run "
                                        "(static HTML + PNG) and a Markdown overview")
     rp.add_argument("inputs", nargs="*", help="run directories or result files (a page each) and/or a directory "
-                                              "of result files (default docs/results)")
-    rp.add_argument("--out", default=str(APP_DIR / "docs" / "site"), help="site folder (default docs/site)")
+                                              "of result files (as --results)")
+    rp.add_argument("--results", metavar="DIR", help="the folder of result files the leaderboards read (default: "
+                                                      "./docs/results, a checkout's root; else this flag is needed)")
+    rp.add_argument("--catalogue", metavar="TOML", help="the papers' headline tables (default: the catalogue "
+                                                         "shipped in the package, corolla/report/paper_tables.toml)")
+    rp.add_argument("--results-md", metavar="FILE", help="the write-up whose sections the tables link to "
+                                                          "(default: results.md beside the results folder if there)")
+    rp.add_argument("--method-docs", metavar="DIR", help="the method write-ups the method pages link to "
+                                                          "(default: methods/ beside the results folder if there)")
+    rp.add_argument("--out", metavar="DIR", help="site folder (default: site/ beside the results folder, "
+                                                  "docs/site in a checkout)")
     rp.add_argument("--markdown", help="also write the Markdown overview here (docs/leaderboard.md)")
     rp.add_argument("--readme", help="also fill the README's <!-- leaderboard --> block")
     sub.add_parser("supernode", add_help=False,

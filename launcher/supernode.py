@@ -4,7 +4,7 @@ Flower 1.39's SuperNode (``flwr/supernode/start_client_internal.py``) sleeps a h
 **3 s** whenever a pull from the SuperLink finds no message (``time.sleep(3)`` in
 ``start_client_internal``) and checks for the ClientApp's reply in **0.5 s** steps
 (``time.sleep(0.5)`` in ``_push_messages``, twice). On one machine those waits, not the work,
-set the floor of a round (``../shared/notes/flower.md``, "Timings").
+set the floor of a round (measured: ``docs/results.md``, "Below Flower's floor").
 
 This wrapper changes nothing else: it replaces the ``time`` name *inside that one module* by
 an object whose ``sleep`` maps the 3 s wait to ``--idle-poll`` and the 0.5 s waits to

@@ -14,7 +14,7 @@ os.environ.setdefault("COROLLA_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def data_dir():
     if not DATA_DIR or not Path(DATA_DIR, "ml-100k", "u.data").is_file():
-        pytest.skip("no dataset directory: set COROLLA_DATA or put shared/datasets beside the repository")
+        pytest.skip("no dataset directory: set COROLLA_DATA to the dataset folder (layout: corolla/data/sources.py)")
     return DATA_DIR
 
 

@@ -9,7 +9,7 @@ large for a CI core are reduced by the overrides in :data:`REDUCE` (the same ove
 after, so the comparison is exact). Presets whose dataset is not in the offline data directory
 (ML-1M's ratings) are listed with the reason instead of a result.
 
-    python -m tests.golden --data-dir ../shared/datasets            # rewrite the golden file
+    python -m tests.golden --data-dir $COROLLA_DATA            # rewrite the golden file
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ OFFLINE_MISSING = {"ml-1m": ("ml-1m", "ratings.dat")}
 
 
 def presets() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "presets").glob("*.toml"))
+    from corolla.config import preset_names
+
+    return preset_names()
 
 
 def _round_floats(x):

@@ -97,6 +97,14 @@ ROWS = [
      ["max-users", "positive count", "-5"], 2),
     ("item-upload=rows for FedCA", lambda t: ["run", "--preset", "fedca-pmf-ml100k", "--set", "item-upload=rows"],
      ["item-upload", "method 'fedca'", "item-upload='full'"], 2),
+    ("report --results missing", lambda t: ["report", "--results", str(t / "nowhere"), "--out", str(t / "site")],
+     ["--results", "nowhere", "expected a folder of result files"], 2),
+    ("report --results-md missing", lambda t: ["report", "--results", str(ROOT / "docs" / "results"), "--results-md",
+                                               str(t / "no.md"), "--out", str(t / "site")],
+     ["--results-md", "no.md", "no such file"], 2),
+    ("report --method-docs missing", lambda t: ["report", "--results", str(ROOT / "docs" / "results"), "--method-docs",
+                                                str(t / "nowhere"), "--out", str(t / "site")],
+     ["--method-docs", "nowhere", "no such folder"], 2),
 ]
 
 

@@ -277,3 +277,31 @@ def test_scale_sampler_reads_process_groups_and_the_tables_format(tmp_path):
     assert table[-1] == ("| pfedrec | gowalla | 29,857 | rows | 2 | 130.2 | 650.0 | 10.0 | 2,180 | 1,900 / 2,763 | "
                          "37.9 | 0.3134 | 3.22 / 3.02 |")
     assert table[1] == "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|"
+
+
+def test_the_lpsfed_verdicts_are_regenerated_from_the_repository_exactly(tmp_path):
+    """docs/results/lpsfed-verdict-{ml100k,gowalla}.json come from docs/results/ alone: the script's
+    default inputs (benchmarks/lpsfed_verdict.py, REPOSITORY) give every number of the committed
+    files, serialised identically; the committed command is that default one."""
+    for dataset, name in (("ML-100K", "ml100k"), ("Gowalla", "gowalla")):
+        committed = ROOT / "docs" / "results" / f"lpsfed-verdict-{name}.json"
+        out, png = tmp_path / f"{name}.json", tmp_path / f"{name}.png"
+        p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lpsfed_verdict.py"), "--dataset", dataset,
+                            "--json", str(out), "--plot", str(png)], capture_output=True, text=True, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        ours, theirs = json.loads(out.read_text()), json.loads(committed.read_text())
+        assert theirs["command"] == (f"python benchmarks/lpsfed_verdict.py --dataset {dataset} --json "
+                                     f"docs/results/lpsfed-verdict-{name}.json --plot docs/results/lpsfed-verdict-{name}.png")
+        assert {k: v for k, v in ours.items() if k != "command"} == {k: v for k, v in theirs.items() if k != "command"}
+        assert json.dumps({k: v for k, v in ours.items() if k != "command"}, indent=1) == \
+            json.dumps({k: v for k, v in theirs.items() if k != "command"}, indent=1)
+        assert "| LPSFed (authors' code) |" in p.stdout
+    # a --corolla-json run without a curve is named, not guessed
+    curves = tmp_path / "curves.json"
+    curves.write_text(json.dumps({"curves": {}}))
+    r = ROOT / "docs" / "results"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lpsfed_verdict.py"), "--authors-json",
+                        str(r / "lpsfed-authors-gowalla.json"), "--corolla-json", str(r / "lpsfed-code-gowalla.json"),
+                        "--corolla-curves", str(curves), "--json", str(tmp_path / "x.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "no curve for run 'lpsfed-code-gowalla'" in p.stderr

@@ -63,5 +63,5 @@ def test_flwr_config_file_is_a_run_config_flower_accepts(tmp_path):
     assert fused["preset"] == "fedca-pmf-ml100k" and fused["set"] == "num-rounds=5"
     assert fused["out-dir"] == str(tmp_path / "o")
     with pytest.raises(ValueError):   # what the issue asked first: the preset file as it is
-        fuse_dicts(default, parse_config_args([str(ROOT / "presets" / "fedca-pmf-ml100k.toml")]))
+        fuse_dicts(default, parse_config_args([str(ROOT / "corolla" / "presets" / "fedca-pmf-ml100k.toml")]))
     assert main(["flwr-config", "fedca-pmf-ml100k", "--set", "fedca-rho=2"]) == 2   # checked like corolla run

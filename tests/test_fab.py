@@ -17,6 +17,9 @@ def test_the_staged_checkout_gives_flowers_fab_byte_for_byte(tmp_path):
     assert staged == tmp_path / "app"
     assert build_fab_from_disk(staged) == build_fab_from_disk(ROOT)
     assert not (staged / ".venv").exists() and not (staged / "tests").exists()
+    from corolla.config import preset_names   # the ServerApp resolves its preset from inside the FAB
+
+    assert sorted(p.stem for p in (staged / "corolla" / "presets").glob("*.toml")) == preset_names()
 
 
 def _app(root: Path, include: str | None) -> Path:
@@ -55,3 +58,35 @@ def test_without_fab_include_flwr_run_gets_the_app_folder_itself(tmp_path):
     app = _app(tmp_path / "src", None)
     assert fab.stage(app, tmp_path / "app") == app.resolve()
     assert not (tmp_path / "app").exists()
+
+
+def test_the_shipped_app_tables_are_pyprojects():
+    import tomllib
+
+    shipped = tomllib.loads(fab.APP_TOML.read_text())
+    ours = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert shipped["tool"]["flwr"]["app"] == ours["tool"]["flwr"]["app"], \
+        "launcher/flwr_app.toml differs from pyproject.toml's [tool.flwr.app]: copy it over"
+    assert set(shipped) == {"tool"} and set(shipped["tool"]) == {"flwr"}
+
+
+def test_an_installed_package_gets_an_app_folder_with_its_code_and_presets(tmp_path):
+    """A folder laid out like site-packages (the packages, no pyproject.toml): the staged app has a
+    pyproject.toml Flower accepts, the code and the presets, and nothing else of the folder."""
+    import shutil
+    import tomllib
+
+    from corolla.config import preset_names
+
+    site = tmp_path / "site-packages"
+    for pkg in fab.PACKAGES:
+        shutil.copytree(ROOT / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "other").mkdir()
+    (site / "other" / "x.py").write_text("not ours\n")
+    staged = fab.stage(site, tmp_path / "app")
+    cfg = tomllib.loads((staged / "pyproject.toml").read_text())
+    assert cfg["project"]["name"] == "corolla" and cfg["tool"]["flwr"]["app"]["components"]["serverapp"]
+    assert sorted(p.stem for p in (staged / "corolla" / "presets").glob("*.toml")) == preset_names()
+    assert (staged / "server_app" / "app.py").is_file() and not (staged / "other").exists()
+    fab_bytes = build_fab_from_disk(staged)   # Flower validates the pyproject.toml and bundles the folder
+    assert len(fab_bytes) > 100_000

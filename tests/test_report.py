@@ -1,4 +1,4 @@
-"""``corolla report``: the leaderboards of the papers' tables (``docs/paper_tables.toml``), the
+"""``corolla report``: the leaderboards of the papers' tables (``corolla/report/paper_tables.toml``), the
 Markdown overview, and the site as a person sees it in a real browser (headless Chromium)."""
 
 import json
@@ -15,7 +15,7 @@ from corolla.report.make import make, run_page
 from corolla.report.render import markdown
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOGUE = ROOT / "docs" / "paper_tables.toml"
+CATALOGUE = ROOT / "corolla" / "report" / "paper_tables.toml"
 RESULTS = ROOT / "docs" / "results"
 
 
@@ -46,6 +46,31 @@ def test_a_missing_result_file_is_named(tmp_path):
     bad.write_text(CATALOGUE.read_text().replace('"fedca-pmf-ml100k.json"]', '"nope-*.json"]', 1))
     with pytest.raises(ConfigError, match="nope"):
         build(bad, RESULTS)
+
+
+def test_inputs_default_to_a_checkout_and_are_named_when_missing(tmp_path, monkeypatch):
+    from launcher.cli import main
+
+    monkeypatch.chdir(tmp_path)   # no docs/results here: the flag to give is named
+    with pytest.raises(ConfigError, match="give --results DIR"):
+        make([], tmp_path / "site")
+    assert main(["report", "--results", str(tmp_path / "nope")]) == 2
+    with pytest.raises(ConfigError, match="--results-md"):
+        make([], tmp_path / "site", results_dir=RESULTS, results_md=tmp_path / "nope.md")
+    # a results folder alone (as beside an installed package): the site names the sections, links none
+    res = tmp_path / "mine" / "results"
+    shutil.copytree(RESULTS, res)
+    out = tmp_path / "site"
+    assert main(["report", "--results", str(res), "--out", str(out)]) == 0
+    index = (out / "index.html").read_text()
+    assert "results.md#" not in index and len(json.loads((out / "rows.json").read_text())) == 303
+    assert "In depth:" not in (out / "methods" / "fedca.html").read_text()
+    # from a checkout's root the defaults are docs/results, docs/results.md, docs/methods, docs/site
+    monkeypatch.chdir(ROOT)
+    out2 = tmp_path / "site2"
+    make([], out2)
+    assert "../../" in (out2 / "index.html").read_text() and "results.md#" in (out2 / "index.html").read_text()
+    assert "fedca.md" in (out2 / "methods" / "fedca.html").read_text()
 
 
 def _browser():
@@ -93,7 +118,7 @@ def test_site_in_a_real_browser(tmp_path, data_dir):
                     "set": "num-rounds=3 split=loo partition=blocks num-clients=4 protocol=loo dim=8 loss=bpr "
                            "train-samples=per-positive compat-fedcia-metrics=false select-metric=ndcg@10 patience=0"})
     out = tmp_path / "site"
-    res = make([str(run)], out, tmp_path / "leaderboard.md")
+    res = make([str(run)], out, tmp_path / "leaderboard.md", results_dir=RESULTS)
     rows = json.loads((out / "rows.json").read_text())
     assert len(rows) == res["rows"] == 303
     anchors = {anchor(line.lstrip("#").strip()) for line in (ROOT / "docs" / "results.md").read_text().splitlines()

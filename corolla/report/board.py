@@ -1,4 +1,4 @@
-"""The leaderboards: every row of the papers' headline tables (``docs/paper_tables.toml``) beside
+"""The leaderboards: every row of the papers' headline tables (``corolla/report/paper_tables.toml``) beside
 Corolla's result for it, the authors' code's where it was run here, Δ to the paper and a status.
 
 Status, from the largest relative difference over the table's metrics: |Δ| ≤ ``tolerance`` (5 %) *reproduced*,

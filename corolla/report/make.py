@@ -1,9 +1,25 @@
-"""``corolla report``: everything the report writes, from its inputs."""
+"""``corolla report``: everything the report writes, from its inputs.
+
+The inputs are explicit; their defaults work in a checkout and in an installed package alike:
+
+* the paper-table catalogue: ``corolla/report/paper_tables.toml``, package data (``catalogue``);
+* the result files the leaderboards read (``results_dir``, ``corolla report --results DIR``):
+  a directory given among the inputs, else ``./docs/results`` when the working directory has one
+  (a checkout's root), else an error naming ``--results``;
+* the write-up whose sections the tables link to (``results_md``, ``--results-md FILE``) and the
+  method write-ups the method pages link to (``method_docs``, ``--method-docs DIR``): by default
+  ``results.md`` and ``methods/`` beside the results folder (``docs/`` of a checkout) when they are
+  there; without them the section check is skipped and the pages carry no links to them;
+* the site folder (``out``, ``--out DIR``): by default ``site`` beside the results folder
+  (``docs/site`` of a checkout).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from importlib import resources
 from pathlib import Path
 
 from corolla.keys import ConfigError
@@ -11,30 +27,64 @@ from corolla.report import render
 from corolla.report.board import build, check_sections
 from corolla.report.sources import read_run
 
-ROOT = Path(__file__).resolve().parents[2]
+# the catalogue of the papers' headline tables ships inside the package (package data)
+CATALOGUE = Path(str(resources.files("corolla.report") / "paper_tables.toml"))
 
 
-def make(inputs: list[str], out: Path, markdown: Path | None = None, readme: Path | None = None,
-         results_dir: Path | None = None, catalogue: Path | None = None, root: Path = ROOT) -> dict:
+def default_results_dir(cwd: Path | None = None) -> Path:
+    """``./docs/results`` of the working directory (a checkout's root), or a clear error."""
+    here = Path.cwd() if cwd is None else cwd
+    d = here / "docs" / "results"
+    if d.is_dir():
+        return d
+    raise ConfigError(f"corolla report: no results folder: give --results DIR (a folder of result files like a "
+                      f"checkout's docs/results; {d} does not exist)")
+
+
+def make(inputs: list[str], out: Path | None = None, markdown: Path | None = None, readme: Path | None = None,
+         results_dir: Path | None = None, catalogue: Path | None = None, results_md: Path | None = None,
+         method_docs: Path | None = None) -> dict:
     """``inputs``: run directories and result files (a page each) and/or a directory of result
-    files (the leaderboards' source; default ``docs/results``). Returns what was written and how
-    long it took."""
+    files (the leaderboards' source, like ``results_dir``). Defaults: the module docstring.
+    Returns what was written and how long it took."""
     t0 = time.perf_counter()
     runs = []
+    given = Path(results_dir).expanduser() if results_dir is not None else None
+    if given is not None and not given.is_dir():
+        raise ConfigError(f"corolla report --results {results_dir}: expected a folder of result files "
+                          f"(like a checkout's docs/results)")
     for item in inputs:
         p = Path(item).expanduser()
         if (p / "summary.json").is_file() or (p.is_file() and p.suffix == ".json"):
             runs.append(read_run(p))
         elif p.is_dir():
-            results_dir = p
+            if given is not None and given.resolve() != p.resolve():
+                raise ConfigError(f"corolla report {item}: a second results folder (--results {given}); "
+                                  f"expected one folder of result files")
+            given = p
         else:
             raise ConfigError(f"corolla report {item}: expected a run directory (with summary.json), a result "
                               f"file (a summary.json copy) or a directory of result files (like docs/results)")
-    results_dir = results_dir or root / "docs" / "results"
-    catalogue = catalogue or root / "docs" / "paper_tables.toml"
-    results_md = root / "docs" / "results.md"
+    results_dir = given if given is not None else default_results_dir()
+    catalogue = Path(catalogue).expanduser() if catalogue is not None else CATALOGUE
+    if results_md is not None:
+        results_md = Path(results_md).expanduser()
+        if not results_md.is_file():
+            raise ConfigError(f"corolla report --results-md {results_md}: expected the Markdown write-up whose "
+                              f"headings the tables name (like a checkout's docs/results.md); no such file")
+    elif (results_dir.parent / "results.md").is_file():
+        results_md = results_dir.parent / "results.md"
+    if method_docs is not None:
+        method_docs = Path(method_docs).expanduser()
+        if not method_docs.is_dir():
+            raise ConfigError(f"corolla report --method-docs {method_docs}: expected a folder of method write-ups "
+                              f"(like a checkout's docs/methods); no such folder")
+    elif (results_dir.parent / "methods").is_dir():
+        method_docs = results_dir.parent / "methods"
+    out = Path(out).expanduser() if out is not None else results_dir.parent / "site"
     boards = build(catalogue, results_dir)
-    check_sections(boards, results_md)
+    if results_md is not None:
+        check_sections(boards, results_md)
     preset_results: dict[str, list[dict]] = {}
     for f in sorted(results_dir.glob("*.json")):
         try:
@@ -43,9 +93,10 @@ def make(inputs: list[str], out: Path, markdown: Path | None = None, readme: Pat
             continue
         if isinstance(d, dict) and d.get("preset") and "metrics" in d:
             preset_results.setdefault(d["preset"], []).append({**d, "_file": f.name})
-    pages = render.site(boards, runs, out, results_md, results_dir, preset_results, root / "docs" / "methods")
+    pages = render.site(boards, runs, out, results_md, results_dir, preset_results, method_docs)
     if markdown is not None:
-        markdown.write_text(render.markdown(boards, Path(__import__("os").path.relpath(results_md, markdown.parent)).as_posix()))
+        link = None if results_md is None else Path(os.path.relpath(results_md, markdown.parent)).as_posix()
+        markdown.write_text(render.markdown(boards, link))
     if readme is not None:
         render.update_readme(readme, boards)
     rows = [{"board": b.id, "paper": b.paper, "dataset": b.dataset, "method": r.method, "status": r.status}
