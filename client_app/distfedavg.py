@@ -1,5 +1,5 @@
-"""Dist-FedAvg clients ("Far From Sight, Far From Mind", Khouas et al. 2025; spec LPSFED_DISTFEDAVG
-B1–B6; the paper's §3, Algorithm 1 reconstructed from its text and FedPerGNN), also used by its
+"""Dist-FedAvg clients ("Far From Sight, Far From Mind", Khouas et al. 2025, arXiv 2507.01285;
+§3, §5.1; Algorithm 1 reconstructed from its text and FedPerGNN; docs/methods/distfedavg.md), also used by its
 baselines (FedAvg, SimpleAvg, FedMedian, FedAtt with the same row granularity).
 
 A logical client is one user, its anchor a_c (``harness = expanded``). Phases:

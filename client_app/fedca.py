@@ -1,6 +1,6 @@
-"""FedCA's client (FedCA spec B1–B4) on the one-user harness: a one-user PMF/NCF client
+"""FedCA's client (FedCA paper §5; its code as docs/methods/fedca.md describes it) on the one-user harness: a one-user PMF/NCF client
 (``client_app.pmf``) that starts a round from ρ·own + (1−ρ)·Q_g[u] when its personalised
-aggregate arrives with the round's message (spec B4.1), uploads its item table (+ tower) with its
+aggregate arrives with the round's message (the code's ``tools.py:180-214``), uploads its item table (+ tower) with its
 descriptor X_u (``basis``: k × d PCA of the item rows of the round's training rows, duplicates
 included; with ``fedca-subspace = left`` the paper's k left singular vectors of the interacted
 items' rows, k × |I_u|), unless the server's ``Control`` says it was not drawn for aggregation

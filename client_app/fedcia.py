@@ -1,4 +1,4 @@
-"""FedCIA client side (SIGIR'25; spec FEDCIA_FEDCA part A), parameter models (paper §5.2, spec A4).
+"""FedCIA client side (SIGIR'25; docs/methods/fedcia.md), parameter models (paper §5.2, Algorithm 1).
 The parameter-free GF-CF path is ``client_app.gfcf``."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from corolla.util import rng, stable_seed
 class FedCIAParamClient(ParamClient):
     """FedCIA with a parameter model (MF / NCF-MLP): only item similarity crosses the network.
 
-    ``train``: the local epoch(s) with the persistent Adam (spec A4.1), then upload
+    ``train``: the local epoch(s) with the persistent Adam (FedCIA's ``flalgorithm/fedcia_param.py:67-78``), then upload
     ``C_k = E Eᵀ + Laplace(b)`` (``sim``, M × M) or its truncated SVD (``vh``: L × M, ``s``: L).
     ``finetune``: ``finetune-steps`` SGD steps (lr ``finetune-lr``, weight decay ``weight-decay``)
-    of the item table on the ``finetune-loss`` towards the received C_s (spec A4.4), with the
+    of the item table on the ``finetune-loss`` towards the received C_s (``fedcia_param.py:56-65``; paper Eq. 6), with the
     closed-form O(M²d) gradient of ``corolla.models.similarity.finetune_grad``.
     ``evaluate``: the client's own model; nothing is downloaded.
     """

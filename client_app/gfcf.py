@@ -1,7 +1,7 @@
-"""FedCIA client side (SIGIR'25; spec FEDCIA_FEDCA part A), parameter-free GF-CF path.
+"""FedCIA client side (SIGIR'25; docs/methods/fedcia.md), parameter-free GF-CF path (paper §5.3).
 
 Phase ``upload`` (round 1): the client builds its GF-CF filter F_k from its own training matrix
-(``corolla.models.gfcf``, spec A5), adds i.i.d. Laplace noise of scale ``laplace-scale``
+(``corolla.models.gfcf``; FedCIA's ``model/GFCF.py:13-33``), adds i.i.d. Laplace noise of scale ``laplace-scale``
 (paper §5.2.5) and uploads it as ``filter`` (M × M float32).
 ``evaluate``: scores ``R_k F_k + β R_k F_agg`` (paper §5.3.2, β = ``agg-beta``) with the server's
 ``F_agg``. The node keeps only the ideal low-pass basis V (k × M, the SVD that dominates the

@@ -1,4 +1,4 @@
-"""LPSFed clients (ICLR'26; spec LPSFED_DISTFEDAVG A1–A8; paper Alg. 1–2) and FedAvg-LGCN.
+"""LPSFed clients (ICLR'26; paper §3.1–3.3, Alg. 1–2; docs/methods/lpsfed.md) and FedAvg-LGCN.
 
 A logical client is one spectral subgraph (silo): its users, its items (``item_owner``) and the
 training edges between them. Its model is ``corolla.models.lgcn.LGCN``.
@@ -6,13 +6,13 @@ training edges between them. Its model is ``corolla.models.lgcn.LGCN``.
 Phases:
 
 * ``stats`` (once, with statistics on): uploads (n_users, n_items, n_edges, mean degree) of its
-  subgraph (spec A4, A6 setup); nothing else about the graph leaves;
+  subgraph (paper §3.2, App. D.3); nothing else about the graph leaves;
 * ``train``: loads the personalised pooling/predictive MLPs θ_c and the margin M_c^upd the
   server sent (from round 2), trains ``local-epochs`` epochs (batches of ``batch-size`` training
   edges, one uniform negative from its items not in the user's training list, RMSprop with
   ``lpsfed-weight-decay``; the first ``lpsfed-freeze-epochs`` local epochs of the run train the
   bias encoders on L_bias alone, later ones the model on the BC loss with the encoders frozen,
-  spec A3), then computes K_c = k_last ⊙ λ (Eq. 6) and ρ_c = KL(K_R ‖ K_c) (Eq. 11) against the
+  paper Eq. 7–9, App. D.6), then computes K_c = k_last ⊙ λ (Eq. 6) and ρ_c = KL(K_R ‖ K_c) (Eq. 11) against the
   reference kernel K_R it received, and M_c = the mean margin over the last epoch's positives
   (Eq. 10), and uploads θ_c, ρ_c and M_c. Evaluation (full ranking over the client's own items)
   uses this post-training model, in the same message.
@@ -43,7 +43,7 @@ from corolla.util import atomic_save_npz, load_npz, rng, stable_seed
 
 def kernel_similarity(k_ref: np.ndarray, k_client: np.ndarray, mode: str, eps: float = 1e-10) -> float:
     """ρ_c = KL(K_R ‖ K_c) (Eq. 11): ``distribution`` — both as normalised |K| over the Φ
-    components, ε-smoothed (the paper's reading, spec A4 [R]); ``code-exact`` — the code's 1-bin
+    components, ε-smoothed (the paper's reading of Eq. 11, App. B Eq. 43–45); ``code-exact`` — the code's 1-bin
     histogram density of each (1/(max − min), 1 when the range is 0), |p log(p/q)|."""
     if mode == "code-exact":
         def dens(x):
@@ -217,7 +217,7 @@ class LPSFedClient(LogicalClient):
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_split(self, state, shared, personal, split: str) -> dict[str, np.ndarray]:
-        """Full ranking over the client's own items (spec A8), users in chunks."""
+        """Full ranking over the client's own items (docs/methods/lpsfed.md), users in chunks."""
         fed = self.fed
         m = self.model()
         set_params(m, {k: v for k, v in state.items() if not k.startswith(("opt/", "margin"))})

@@ -106,7 +106,7 @@ class ParamClient(LogicalClient):
 def client_config(cfg: dict, cid: int, num_clients: int) -> dict:
     """The run config as seen by logical client ``cid``: with ``client-models`` set, the model and
     dimension of its group (contiguous blocks of ids, the last taking the remainder; FedCIA Fig. 5).
-    LightGCN trains with BPR and the MLP with BCE (FedCIA spec A3)."""
+    LightGCN trains with BPR and the MLP with BCE (FedCIA's ``model/LightGCN.py:72-81``, ``model/MLP.py``)."""
     if not cfg.get("client-models"):
         return cfg
     parts = cfg["client-models"].split("|")

@@ -1,5 +1,5 @@
 """The one-user harness shared by FedCA, PFedRec, UFGraphFR, GPFedRec and their baselines
-(FedCA spec B1–B3; UFGRAPHFR spec §1.2, §6): every logical client is one user with its own copy
+(FedCA's and UFGraphFR's code: docs/methods/fedca.md, docs/methods/ufgraphfr.md): every logical client is one user with its own copy
 of its model, all the users a node hosts train batched (``corolla.models.stacked`` and each
 method's batched trainer), and evaluation is leave-one-out against the fixed negatives with each
 user's own post-training model, fused into the training reply.
@@ -48,7 +48,7 @@ class OneUserBase(LogicalClient):
 def round_samples(clients, rnd: int) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
     """Round ``rnd``'s training rows of each one-user client (every train positive followed by
     ``num-negatives`` distinct negatives from ``neg-pool``: with ``uninteracted``, the items it
-    never interacted with in any split, spec B1) and
+    never interacted with in any split, FedCA's ``utils/data.py:101-135``) and
     its row order in each local epoch; seeded by (seed, client, round)."""
     cfg, fed = clients[0].cfg, clients[0].fed
     samples, perms = [], []
@@ -69,8 +69,8 @@ def evaluated(cfg, rnd: int) -> bool:
 
 
 def evaluate_stacked(clients, score: Callable) -> list[dict[str, list[float]]]:
-    """Leave-one-out metrics of every client's user on valid and test (FedCA spec B2, UFGraphFR
-    §6), batched: ``score(idx, items)`` returns the float32 scores of the clients at positions
+    """Leave-one-out metrics of every client's user on valid and test (FedCA's ``utils/metrics.py:37-60``, UFGraphFR's
+    ``engine.py:336-439``), batched: ``score(idx, items)`` returns the float32 scores of the clients at positions
     ``idx`` (a tensor) on their candidate items (clients × 100, the held-out item last)."""
     import torch
 

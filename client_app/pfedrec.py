@@ -1,5 +1,5 @@
 """PFedRec client (Zhang et al., IJCAI'23 "Dual personalization on federated recommendation";
-spec UFGRAPHFR §8) on the one-user harness.
+Zhangcx19/IJCAI-23-PFedRec abc2380; docs/methods/ufgraphfr.md) on the one-user harness.
 
 Model (``corolla.models.pfedrec``): item table + a personal score function Linear(d, 1), no user
 embedding. Round t: the client keeps its own score function and takes the server's global item

@@ -1,4 +1,4 @@
-"""One-user PMF/NCF clients (FedCA spec B1–B5): the client of the per-user MF/NCF baselines
+"""One-user PMF/NCF clients (FedCA paper §5 and its code, docs/methods/fedca.md): the client of the per-user MF/NCF baselines
 (FedAvg, FCF, FedAtt, Local: their declarations in ``corolla/methods/`` set :attr:`start_from`
 and :attr:`uploads`) and the base of FedCA's client (``client_app.fedca``), on the one-user
 harness (``client_app.oneuser``, shared with PFedRec, UFGraphFR and GPFedRec).
@@ -12,11 +12,11 @@ Round (``train`` phase), per client:
 
 1. start parameters — ``fedca``: its own parameters of the previous round; if it was aggregated
    and the aggregate Q_g[u] is in this message (only when the previous round had no evaluation)
-   they are interpolated ρ·own + (1−ρ)·Q_g[u] first (spec B4.1). ``fedavg``/``fcf``/``fedatt``:
+   they are interpolated ρ·own + (1−ρ)·Q_g[u] first (FedCA's ``tools.py:180-214``). ``fedavg``/``fcf``/``fedatt``:
    its own user vector with the received global item table (and tower). ``local``: its own;
 2. training rows: every train positive followed by ``num-negatives`` distinct negatives drawn
    from the items the user never interacted with in any split (``neg-pool = uninteracted``; the
-   99 evaluation negatives are in that pool, spec B1), re-drawn every round;
+   99 evaluation negatives are in that pool, FedCA's ``utils/data.py:101-135``), re-drawn every round;
 3. ``local-epochs`` epochs with a fresh Adam and the code's early break
    (``corolla.models.stacked``; all the clients a node hosts train batched, which equals one at
    a time);
@@ -24,12 +24,12 @@ Round (``train`` phase), per client:
    (k × d: PCA of the item rows of the round's training rows, duplicates included; or with
    ``fedca-subspace = left`` the paper's k left singular vectors of the interacted items' rows,
    k × |I_u|); the averaging baselines: ``item.weight`` (+ tower); ``local``: nothing.
-   ``num-examples`` = the number of training rows (n_u, spec B4.4). The user vector never leaves;
+   ``num-examples`` = the number of training rows (n_u, FedCA's ``engine.py:163``). The user vector never leaves;
 5. evaluation, fused into the reply when the round is evaluated: each user ranks its held-out
-   item among its 99 negatives with its own post-training parameters (spec B2). Only FedCA's
+   item among its 99 negatives with its own post-training parameters (FedCA's ``engine.py:210-221``). Only FedCA's
    aggregated clients are evaluated again, with the next round's message (or an ``evaluate``
    message after the last round): they receive Q_g[u], interpolate, keep the interpolated
-   parameters as their state (the next round starts from them, spec B4.1) and evaluate with them.
+   parameters as their state (the next round starts from them, FedCA's ``engine.py:92-112``) and evaluate with them.
 
 Scores are the model's sigmoid outputs in float32 (the code's), so saturated scores tie; the
 paper-compatible metrics rank ties against the positive.

@@ -1,5 +1,5 @@
-"""UFGraphFR and GPFedRec clients on the one-user harness (spec UFGRAPHFR §1.3, §2–§3, §7;
-papers ``ufgraphfr.txt`` Alg. 1 and GPFedRec's code).
+"""UFGraphFR and GPFedRec clients on the one-user harness (UFGraphFR paper §4.1, Alg. 1; the authors' code: docs/methods/ufgraphfr.md;
+GPFedRec's code Zhangcx19/GPFedRec edb66e1).
 
 UFGraphFR, per client (one user), round t:
 

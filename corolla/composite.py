@@ -1,15 +1,15 @@
-"""FedCA's composite aggregation (FedCA paper §4, Eq. 3–6; spec FEDCIA_FEDCA B4 steps 3–9) and the
-FedAtt aggregation rule (Ji et al. 2019; spec LPSFED_DISTFEDAVG B4). Pure numpy, no Flower.
+"""FedCA's composite aggregation (FedCA paper §5, Eq. 3–6; its code's ``tools.py``, docs/methods/fedca.md) and the
+FedAtt aggregation rule (Ji et al. 2019; shaoxiongji/fed-att ``src/agg/aggregate.py``). Pure numpy, no Flower.
 
 Per aggregated client u over the aggregation subset S (|S| = n):
 
 * similarity σ_uv (Eq. 5): the code's ``pca1`` variant, σ = 1/(1+‖z_u − z_v‖₂) of the 1-D PCA
-  projections z_u of the item tables, set to 1 where σ > 0.9 (spec B4.6); or the paper's
+  projections z_u of the item tables, set to 1 where σ > 0.9 (``tools.py:83-113``); or the paper's
   ``frobenius`` σ = 1/(1+‖Q_u − Q_v‖²_F);
 * complementarity c_uv = cos(φ(X_u, X_v)) (Eq. 6) from k principal directions per client:
   the code's descriptor is the PCA basis (right singular vectors of the mean-centred rows of the
   trained item table at the round's training samples, k × d) matched greedily on the signed
-  cosines (spec B4.3, B4.7); the paper's is the first k left singular vectors of Q_u^s (the rows
+  cosines (``tools.py:116-131, 146-177``); the paper's is the first k left singular vectors of Q_u^s (the rows
   of the interacted items), zero-padded to a common length and matched l-th to l-th;
 * weights w_u: the quadratic program over the simplex. The code's form (tools.py:52-80)
   ``min xᵀx + qᵀx, q = −2αc + 2β(−σ) − 2p`` has the closed form Proj_Δ(p + αc + βσ); the paper's
@@ -152,7 +152,7 @@ def qp_target(p: np.ndarray, sigma: np.ndarray, comp: np.ndarray, alpha: float, 
               form: str) -> np.ndarray:
     """The point whose simplex projection solves the weight QP (rows: aggregated clients)."""
     p = np.asarray(p, np.float64)[None, :]
-    if form == "code":   # α → complementarity, β → similarity (spec B8.1)
+    if form == "code":   # α → complementarity, β → similarity (FedCA's tools.py:37-44; docs/methods/fedca.md)
         return p + alpha * comp + beta * sigma
     if form == "paper":  # Eq. 4 with Eq. 5, 6
         return (p + alpha * sigma + 0.5 * beta * comp) / (1.0 + alpha)

@@ -1,4 +1,4 @@
-"""User-relationship graphs of UFGraphFR and GPFedRec (pure numpy; spec UFGRAPHFR §4, §7).
+"""User-relationship graphs of UFGraphFR and GPFedRec (pure numpy; UFGraphFR's ``utils.py:77-146``, GPFedRec's ``utils.py:48-99``; docs/methods/ufgraphfr.md).
 
 Two readings (``graph-mode``):
 

@@ -1,5 +1,5 @@
-"""Row-wise aggregation of embedding tables (Dist-FedAvg and its baselines; spec LPSFED_DISTFEDAVG
-B3–B4; Dist-FedAvg paper §3.3, Eq. 1, 3–9; Algorithm 2). Pure numpy.
+"""Row-wise aggregation of embedding tables (Dist-FedAvg and its baselines; docs/methods/distfedavg.md;
+Dist-FedAvg paper §3.3, §4, Eq. 1, 3–9; Algorithm 2). Pure numpy.
 
 Each selected client c uploads copies of some rows of a global table (its anchor user a_c and its
 expanded neighbours U_c for the user table; the items of its local graph for the item table).
@@ -13,7 +13,7 @@ previous value.
   w = w_prev − ε Σ_c att_c (w_prev − w_c) + dp·N(0, I);
 * Dist-FedAvg for user rows (Eq. 3–7): an expanded copy E_u^c of a non-anchor user u is weighted
   by W_uc = 1 / (D_uc + ε), D a Minkowski distance (Eq. 3) in one of three readings
-  (``distance-mode``, spec B3: ``B`` d(E_u^{r−1}, E_{a_c}^{r−1}) user to anchor on the previous
+  (``distance-mode``, docs/methods/distfedavg.md: ``B`` d(E_u^{r−1}, E_{a_c}^{r−1}) user to anchor on the previous
   table, ``A`` d(E_u^c, E_u^{r−1}) the copy's drift, ``C`` d(E_u^c, E_{a_c}^{r−1}) the copy to
   the anchor); Ē_u = Σ_c W_uc E_u^c / Σ_c W_uc (Eq. 5–6); if u's own client was selected,
   E_u = α_r E_u^u + (1 − α_r) Ē_u (Eq. 7), else Ē_u (α = 0); with no expanded copy, the anchor's

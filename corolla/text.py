@@ -1,4 +1,4 @@
-"""User text for UFGraphFR (spec UFGRAPHFR §1.3, §11): each user's prompt from its own profile,
+"""User text for UFGraphFR (UFGraphFR paper §4.1.1; UF embedding.py:57-122; docs/methods/ufgraphfr.md): each user's prompt from its own profile,
 encoded once by a frozen sentence encoder on the node that hosts the user.
 
 Prompts (``reference-prompt-bugs = false``, the paper's template P:148, with the user's own

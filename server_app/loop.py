@@ -4,8 +4,8 @@ A round is its :class:`~corolla.round.RoundSpec`: the phases in order, each ``co
 /receive -> validate -> aggregate`` (one exchange per node: ``server_app.exchange``; a secure
 phase adds the SecAgg+ exchanges around it: ``server_app.secure``), then the round's evaluation
 when it is evaluated. With ``fused-evaluation`` (the default) a round is one exchange per node
-and phase: an evaluated round's evaluation runs in its last phase's message (the spec's
-``eval_fuses_after``) or travels with the next round's first message, where the clients evaluate
+and phase: an evaluated round's evaluation runs in its last phase's message
+(``RoundSpec.eval_fuses_after``) or travels with the next round's first message, where the clients evaluate
 before they train; only the last round's evaluation (or one with no next phase to carry it) is an
 exchange of its own. Clients that evaluate in their training reply are not asked again. The
 evaluated models are the same as with separate evaluation messages (tested).

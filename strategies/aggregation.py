@@ -48,7 +48,7 @@ def weighted_mean_rows(base: np.ndarray, parts: list[tuple[np.ndarray, np.ndarra
 class RunningMean:
     """Streaming unweighted mean of same-shape arrays: O(size) memory however many are added.
 
-    Used by FedCIA (spec A4/A5: ``C_s`` and ``F_agg`` are plain means over the clients), where each
+    Used by FedCIA (``fedcia_param.py:54``, ``fedcia_gsp.py:32``: ``C_s`` and ``F_agg`` are plain means over the clients), where each
     M×M upload is folded in as its reply arrives and then dropped.
     """
 

@@ -1,4 +1,4 @@
-"""Dist-FedAvg server and its baselines on expanded local graphs (spec LPSFED_DISTFEDAVG B2–B5;
+"""Dist-FedAvg server and its baselines on expanded local graphs (docs/methods/distfedavg.md;
 paper §3, Algorithms 1–2 reconstructed, Eq. 1, 3–9).
 
 Round 1 has two setup phases before training:
@@ -18,7 +18,7 @@ its items and requested negatives, trains, and uploads them with ids. Users are 
 ``user-agg`` (Dist-FedAvg's inverse-distance rule with α_r, or a baseline rule), items by
 ``item-agg``, row by row over the clients that hold each row (``corolla.rowagg``); rows nobody
 held keep their value. Evaluation: every client ranks all items with its user row and the item
-table (sent once per node) — by default LightGCN-propagated over that training graph (spec B6, the
+table (sent once per node) — by default LightGCN-propagated over that training graph (docs/methods/distfedavg.md, the
 paper's numbers), with ``eval-embeddings = layer0`` the global tables as they are.
 """
 
@@ -198,7 +198,7 @@ class RowAggregation(CorollaStrategy):
 
     # -------------------------------------------------------------- evaluation
     def evaluation_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        """The (user, item) tables the clients rank with: ``eval-embeddings = propagated`` (spec B6's
+        """The (user, item) tables the clients rank with: ``eval-embeddings = propagated`` (docs/methods/distfedavg.md's
         default) — LightGCN propagation of the global tables over the training graph, which the
         server knows from the expansion (every client sent the ids of its training items);
         ``layer0`` — the global tables as they are."""

@@ -1,4 +1,4 @@
-"""FedAtt (Ji et al. 2019; spec LPSFED_DISTFEDAVG B4) on the silo and one-user harnesses: per
+"""FedAtt (Ji et al. 2019; shaoxiongji/fed-att ``src/agg/aggregate.py``) on the silo and one-user harnesses: per
 parameter tensor, attention softmax_c(‖w_server − w_c‖) and
 w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I) (``corolla.composite.fedatt``)."""
 
@@ -12,7 +12,7 @@ from strategies.fedavg import FedAvg
 
 
 class FedAtt(FedAvg):
-    """FedAtt (Ji et al. 2019; spec LPSFED_DISTFEDAVG B4): per parameter tensor, attention
+    """FedAtt (Ji et al. 2019; shaoxiongji/fed-att ``src/agg/aggregate.py``): per parameter tensor, attention
     softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I)."""
 
     def aggregate_phase(self, phase, rnd, results):

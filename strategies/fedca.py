@@ -1,8 +1,8 @@
-"""FedCA server side (FedCA paper §4, Algorithm 1; spec FEDCIA_FEDCA B4). The per-user baselines
+"""FedCA server side (FedCA paper §5, Algorithm 1; its code's ``engine.py:74-188``, docs/methods/fedca.md). The per-user baselines
 of its harness (FedAvg, FCF, FedAtt, Local with ``harness = one-user``) are the plain strategies
 of those methods (``corolla/methods/``).
 
-Round t, phase ``train`` (every client; spec B4 steps 1–4): a client's reply carries its item
+Round t, phase ``train`` (every client; FedCA's ``engine.py:92-163``): a client's reply carries its item
 table Q_u (+ NCF tower), its descriptor X_u (``basis``), ``num-examples`` n_u, and — when round t
 is evaluated — its own valid/test metrics with its post-training parameters.
 
@@ -19,11 +19,11 @@ blocks of at most B clients and each block is aggregated on its own (:meth:`FedC
 Download (step 10): Q_g[u] goes to u ∈ S only. When round t is evaluated it is the evaluation
 download of the S clients only: they interpolate ρ·own + (1−ρ)·Q_g[u], keep it as their state
 and evaluate with it; every other client's metrics are those it sent with its training reply
-(its own post-training parameters, spec B2). With ``fused-evaluation`` (default) that
+(its own post-training parameters, FedCA's ``engine.py:210-221``). With ``fused-evaluation`` (default) that
 evaluation travels with round t+1's ``train`` message (the S clients evaluate, then train from
 the interpolated state), so a round is one message per node; after the last round it is an
 ``evaluate`` message of its own. When round t is not evaluated Q_g[u] travels with round t+1's
-``train`` message and is interpolated there (spec B4.1).
+``train`` message and is interpolated there (FedCA's ``tools.py:180-214``).
 """
 
 from __future__ import annotations

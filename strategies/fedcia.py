@@ -1,4 +1,4 @@
-"""FedCIA server side (SIGIR'25; spec FEDCIA_FEDCA part A), parameter-free GF-CF path.
+"""FedCIA server side (SIGIR'25; docs/methods/fedcia.md), parameter-free GF-CF path (paper §5.3).
 
 Round 1, phase ``upload``: every logical client sends its (noised) GF-CF filter F_k (M × M).
 The server averages them, ``F_agg = (1/K) Σ_k F_k`` (paper §5.3.1; code fedcia_gsp.py:32, a
@@ -86,7 +86,7 @@ class FedCIAGFCF(CorollaStrategy):
 
 
 class FedCIAParam(CorollaStrategy):
-    """FedCIA with parameter models (paper Algorithm 1; spec A4).
+    """FedCIA with parameter models (paper §5.2, Algorithm 1; its ``flalgorithm/fedcia_param.py``).
 
     Phase ``train``: every logical client trains and uploads its item similarity C_k (M × M, or
     its rank-L SVD factors); the server averages them streaming into C_s = (1/K) Σ_k C_k (a plain

@@ -1,4 +1,4 @@
-"""LPSFed server (ICLR'26; spec LPSFED_DISTFEDAVG A4–A6; paper §3.2–3.3, Eq. 11–15) and FedAvg-LGCN.
+"""LPSFed server (ICLR'26; paper §3.2–3.3, Eq. 11–15, App. D.3; docs/methods/lpsfed.md) and FedAvg-LGCN.
 
 Setup (round 1, phase ``stats``, with ``lpsfed-stats``): every client sends (n_users, n_items,
 n_edges, mean degree) of its subgraph; the server builds the reference graph G_R — GNMK with the
@@ -31,7 +31,7 @@ from corolla.round import DEFAULT_CONTROL, Download, Phase
 from corolla.util import stable_seed
 from strategies.base import CorollaStrategy
 
-FIXED_REFERENCE = (1024, 1024, 8192)   # G_R without client statistics [assumption, spec A4]
+FIXED_REFERENCE = (1024, 1024, 8192)   # G_R without client statistics [assumption: the paper's "w/o stats" does not say; docs/methods/lpsfed.md]
 
 
 def normalised_rho(rho: np.ndarray, mode: str) -> np.ndarray:
@@ -63,7 +63,7 @@ def reference_kernel(n_users: float, n_items: float, n_edges: float, kind: str, 
 
 
 class LPSFed(CorollaStrategy):
-    """LPSFed's server (spec A4-A6). ``personalized = False`` (FedAvg-LGCN, set by the method
+    """LPSFed's server (paper §3.2–3.3). ``personalized = False`` (FedAvg-LGCN, set by the method
     table) mixes with ρ̄ ≡ 1; ``uses_stats = False`` builds the fixed-size reference graph."""
 
     personalized = True
@@ -90,7 +90,7 @@ class LPSFed(CorollaStrategy):
                 "lpsfed-reference", "lpsfed-scorer", "lgcn-mlp", "lgcn-phi")
         log(INFO, "%s: %s", type(self).__name__, {k: self.cfg[k] for k in keys})
         sp = self.data_stats.get("spectral", {})
-        if sp:   # the partition (spec A1), also in summary.json under "data"
+        if sp:   # the partition (docs/methods/lpsfed.md), also in summary.json under "data"
             log(INFO, "spectral partition: %d training edges, %d kept, %d dropped across clients",
                 sp["edges"], sp["edges_kept"], sp["edges_dropped"])
             for c in range(len(sp["users_per_client"])):

@@ -1,4 +1,4 @@
-"""PFedRec's server (Zhang et al., IJCAI'23; spec UFGRAPHFR §8): the unweighted mean of the uploaded
+"""PFedRec's server (Zhang et al., IJCAI'23; docs/methods/ufgraphfr.md): the unweighted mean of the uploaded
 item tables and score-function biases (PF ``engine.py:66-81``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""UFGraphFR and GPFedRec servers (spec UFGRAPHFR §4, §5, §7; UFGraphFR paper §4.2, Alg. 1).
+"""UFGraphFR and GPFedRec servers (UF engine.py:151-168, utils.py:77-146; docs/methods/ufgraphfr.md; UFGraphFR paper §4.2, Alg. 1).
 
 Round t, phase ``train``: each client uploads its item table Q_u and its graph input g_u
 (UFGraphFR: W_u, 32 × d_text, Laplace-noised; oT: v_u; GPFedRec: the item table itself). The

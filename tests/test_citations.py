@@ -21,12 +21,7 @@ CITATION = re.compile(
     r"|\bspecs?(?:'s)?\s+(?:§|:\d|[A-Z]\d|FEDCIA|LPSFED|UFGRAPHFR|part\b|register\b)"
     r"|FEDCIA_FEDCA|LPSFED_DISTFEDAVG|UFGRAPHFR\.md|\b[Tt]he spec(?:'s)?\b|\bspec's\b")
 
-# TEMPORARY allow-list: the Python modules under these folders still cite the specs in docstrings
-# and comments. Another change is refactoring them; the rewrite of each of their citations is
-# written down outside the repository (citation-map.md: "file:line: old -> new") to be applied after
-# that refactor, and then this list is emptied. Only *.py files under these folders are allowed;
-# their data files (presets, the paper-table catalogue) are not.
-ALLOWED_PY_UNDER = ("strategies/", "client_app/", "server_app/", "corolla/")
+ALLOWED_PY_UNDER: tuple[str, ...] = ()   # no exception: every module cites the papers or the repository
 SELF = "tests/test_citations.py"   # names the forms it looks for
 
 
@@ -70,11 +65,3 @@ def test_the_pattern_finds_each_form_of_citation(text):
     "one shared item table", "Bell et al., CCS 2020, §3.1"])
 def test_the_pattern_leaves_ordinary_text_alone(text):
     assert not CITATION.search(text), text
-
-
-def test_the_allow_list_is_still_needed():
-    """Once the map is applied to the modules, this fails until ALLOWED_PY_UNDER is emptied."""
-    if not ALLOWED_PY_UNDER:
-        pytest.skip("the allow-list is empty")
-    allowed_only = sorted(set(citations(allow=())) - set(citations()))
-    assert allowed_only, "no allow-listed module cites a file outside the repository: empty ALLOWED_PY_UNDER"

@@ -5,7 +5,7 @@
   on the last client (FedCIA: 943 users, K=100 gives 99 clients of 9 and one of 52).
 * ``random``: K silos of a seeded random permutation (sizes differ by at most one).
 * ``spectral``: spectral clustering of the bipartite user–item training graph into K subgraphs
-  (LPSFed spec A1, recommendation): users and items are embedded jointly from the full
+  (LPSFed paper App. D.2; why not the authors' code's clustering: docs/methods/lpsfed.md): users and items are embedded jointly from the full
   (U+I)×(U+I) adjacency, labels are assigned with ``cluster_qr`` (Damle et al. 2019), client c
   owns the users and items labelled c, and cross-cluster edges are dropped.
 """

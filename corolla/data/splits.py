@@ -2,7 +2,7 @@
 
 Split labels: 0 = train, 1 = valid, 2 = test.
 
-* ``loo``: leave-one-out by timestamp (FedCA spec B1, UFGraphFR spec 1.2): per user the latest
+* ``loo``: leave-one-out by timestamp (FedCA's ``utils/data.py:75-91``, UFGraphFR's ``data.py:74-93``): per user the latest
   interaction is test, the second latest validation, the rest train; among equal timestamps
   the row that comes first in the file counts as the later one (pandas
   ``rank(method='first', ascending=False)``).

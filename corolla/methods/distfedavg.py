@@ -1,4 +1,4 @@
-"""Dist-FedAvg (``../shared/papers/dist-fedavg.txt``, spec LPSFED_DISTFEDAVG part B): one-user
+"""Dist-FedAvg (Khouas et al. 2025, arXiv 2507.01285; docs/methods/distfedavg.md): one-user
 LightGCN clients over expanded neighbourhoods pull and push rows of global user and item tables;
 the server weights each user row's copies by inverse distance (Eq. 3-9)."""
 
@@ -8,7 +8,7 @@ from corolla.methods.declaration import Method
 KEYS = {
     "user-agg": Key("distfedavg", "Dist-FedAvg: rule for user rows (distfedavg, fedavg, simpleavg, fedmedian, fedatt)", ("distfedavg", "fedavg", "simpleavg", "fedmedian", "fedatt")),
     "item-agg": Key("fedavg", "Dist-FedAvg: rule for item rows (fedavg or simpleavg in the paper)", ("fedavg", "simpleavg", "fedmedian", "fedatt")),
-    "distance-mode": Key("B", "Dist-FedAvg distance (spec B3): 'B' user to the copy's anchor on the previous table, 'A' the copy to the user's previous row, 'C' the copy to the anchor's previous row", ("A", "B", "C")),
+    "distance-mode": Key("B", "Dist-FedAvg distance (paper §4, Eq. 3–4; the readings: docs/methods/distfedavg.md): 'B' user to the copy's anchor on the previous table, 'A' the copy to the user's previous row, 'C' the copy to the anchor's previous row", ("A", "B", "C")),
     "minkowski-p": Key(2.0, "Dist-FedAvg: order p of the Minkowski distance (Eq. 3)"),
     "distance-eps": Key(1e-8, "Dist-FedAvg: ε in 1/(D + ε) (Eq. 4)"),
     "alpha-schedule": Key("fixed", "Dist-FedAvg α_r of Eq. 7: 'fixed' (alpha-fixed), 'arithmetic' (Eq. 8) or 'geometric' (Eq. 9)", ("fixed", "arithmetic", "geometric")),

@@ -1,5 +1,5 @@
 """FCF / SimpleAvg (Ammad-ud-din et al. 2019): the unweighted mean of the clients' uploads, as
-the FedCA and Dist-FedAvg papers use it (spec FEDCIA_FEDCA B5, LPSFED_DISTFEDAVG B4)."""
+the FedCA and Dist-FedAvg papers use it (FedCA paper §6.1; Dist-FedAvg paper §5.2, SimpleAvg)."""
 
 from corolla.methods.declaration import Method
 

@@ -1,4 +1,4 @@
-"""FedAtt (Ji et al. 2019; spec LPSFED_DISTFEDAVG B4): per parameter tensor, attention
+"""FedAtt (Ji et al. 2019; shaoxiongji/fed-att ``src/agg/aggregate.py``): per parameter tensor, attention
 softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I)."""
 
 from corolla.keys import Key

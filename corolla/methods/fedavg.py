@@ -2,11 +2,11 @@
 
 * ``silo``: the example-weighted mean of the clients' shared parameters (FedCIA code
   ``fedavg.py:51-71``); ``strategies/fedavg.py``, ``client_app/mf.py``.
-* ``silo`` with ``lgcn``: FedAvg-LGCN, LPSFed's "w/o per & bias" row (spec LPSFED_DISTFEDAVG A5):
+* ``silo`` with ``lgcn``: FedAvg-LGCN, LPSFed's "w/o per & bias" row (LPSFed paper Table 4, Eq. 13 with ρ̄ ≡ 1):
   the LPSFed strategy with the plain mean of the MLPs (ρ̄ ≡ 1) and a fixed-size reference graph.
-* ``one-user``: FedMF on FedCA's / UFGraphFR's protocol (spec FEDCIA_FEDCA B5): each user trains
+* ``one-user``: FedMF on FedCA's / UFGraphFR's protocol (FedCA paper Table 1, UFGraphFR paper Table 4): each user trains
   from the global item table; ``client_app/pmf.py``.
-* ``expanded``: FedAvg of the user and item rows on Dist-FedAvg's harness (spec B4).
+* ``expanded``: FedAvg of the user and item rows on Dist-FedAvg's harness (Dist-FedAvg paper Eq. 1).
 """
 
 from corolla.methods.declaration import Method

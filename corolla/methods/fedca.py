@@ -1,4 +1,4 @@
-"""FedCA (``../shared/papers/fedca.txt``, spec FEDCIA_FEDCA part B): one-user clients upload their
+"""FedCA (Zhang et al., "Beyond Similarity: Personalized Federated Recommendation with Composite Aggregation"; docs/methods/fedca.md): one-user clients upload their
 item tables and a subspace descriptor; the server solves a simplex QP per client (composite
 weights of size, similarity and complementarity) and sends each a personalised aggregate."""
 

@@ -1,4 +1,4 @@
-"""FedCIA (SIGIR'25; ``../shared/papers/fedcia.txt``, spec FEDCIA_FEDCA part A): clients upload
+"""FedCIA (Han et al., SIGIR'25; docs/methods/fedcia.md): clients upload
 item–item similarity matrices (M×M, or truncated-SVD factors) and GF-CF filters; the server sums
 them and sends the global similarity back; parameter models fine-tune towards it (Eq. 6)."""
 

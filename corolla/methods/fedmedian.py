@@ -1,4 +1,4 @@
-"""FedMedian (Yin et al. 2018; spec LPSFED_DISTFEDAVG B4): the coordinate-wise median of each
+"""FedMedian (Yin et al. 2018; Dist-FedAvg paper §5.2): the coordinate-wise median of each
 user and item row's copies, on Dist-FedAvg's expanded harness."""
 
 from corolla.methods.declaration import Method

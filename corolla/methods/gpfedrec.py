@@ -1,4 +1,4 @@
-"""GPFedRec (Zhang et al.; spec UFGRAPHFR §7): UFGraphFR's harness with a free user vector; the
+"""GPFedRec (Zhang et al., KDD'24, arXiv 2305.07866; docs/methods/ufgraphfr.md): UFGraphFR's harness with a free user vector; the
 server builds the user graph from the uploaded item tables and sends each user its
 graph-aggregated table and the global one. Reads UFGraphFR's graph keys."""
 

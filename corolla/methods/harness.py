@@ -4,10 +4,10 @@ shares.
 * ``silo``: a logical client holds one or more users and one model (FedCIA, FedMF, LPSFed);
 * ``one-user``: one user per client with its own full item table, evaluated with its own
   post-training parameters, hosted users trained batched (FedCA, PFedRec, UFGraphFR, GPFedRec;
-  spec FEDCIA_FEDCA B1-B5, UFGRAPHFR §8);
+  docs/methods/fedca.md, docs/methods/ufgraphfr.md);
 * ``expanded``: one user per client with a LightGCN over its expanded local graph, pulling and
-  pushing rows of global user and item tables (Dist-FedAvg and its baselines; spec
-  LPSFED_DISTFEDAVG part B).
+  pushing rows of global user and item tables (Dist-FedAvg and its baselines;
+  docs/methods/distfedavg.md).
 """
 
 from corolla.keys import ConfigError, Key
@@ -24,7 +24,7 @@ ONE_USER_KEYS = {
 EXPANDED_KEYS = {
     "max-neighbors-per-item": Key(0, "expansion: at most this many matched users per item (0 = no cap; FedPerGNN 100)"),
     "max-items": Key(0, "expansion: at most this many of a user's items are matched (0 = no cap; FedPerGNN 100)"),
-    "eval-embeddings": Key("propagated", "expanded harness evaluation: LightGCN-propagated global tables over the training graph the server learned in the expansion ('propagated', spec B6) or the global tables as they are ('layer0')", ("propagated", "layer0")),
+    "eval-embeddings": Key("propagated", "expanded harness evaluation: LightGCN-propagated global tables over the training graph the server learned in the expansion ('propagated', docs/methods/distfedavg.md) or the global tables as they are ('layer0')", ("propagated", "layer0")),
     "neg-pool-size": Key(100, "expanded harness: negative item rows a client pulls for its next round (its BPR negatives)"),
 }
 

@@ -1,4 +1,4 @@
-"""LPSFed (ICLR'26; ``../shared/papers/lpsfed.txt``, spec LPSFED_DISTFEDAVG part A): LGCN subgraph
+"""LPSFed (ICLR'26, arXiv 2603.20338; docs/methods/lpsfed.md): LGCN subgraph
 clients send their MLPs and spectral scalars (KL similarity ρ_c, margin M_c); the server mixes
 the MLPs per client by closeness to a reference graph's kernel (Eq. 11-15)."""
 

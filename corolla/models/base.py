@@ -51,7 +51,7 @@ class RecModel(nn.Module):
         p, n = batch["pos"], batch["neg"]
         reg = self.reg(self.user(u), self.item(p), self.item(n))
         if self.loss_name == "fedcia-mse":
-            # FedCIA code (spec A3): element-wise MSE on the un-summed product u ⊙ i
+            # FedCIA code (model/MF.py:28-39): element-wise MSE on the un-summed product u ⊙ i
             eu, ep, en = self.user(u), self.item(p), self.item(n)
             return 0.5 * (F.mse_loss(eu * ep, torch.ones_like(ep)) + F.mse_loss(eu * en, torch.zeros_like(en))) + reg
         sp, sn = self.forward(u, p), self.forward(u, n)

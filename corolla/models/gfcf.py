@@ -1,4 +1,4 @@
-"""GF-CF (Shen et al., CIKM'21) as used by FedCIA's parameter-free path (FedCIA §5.3, spec A5).
+"""GF-CF (Shen et al., CIKM'21) as used by FedCIA's parameter-free path (FedCIA §5.3; its ``model/GFCF.py:13-33``).
 
 Per client with raw 0/1 training matrix R (n × M):
 
@@ -12,7 +12,7 @@ The first term is the linear filter, the second the "ideal low-pass" filter; Fed
 
 ``null_rows``: with n < k the code's full SVD takes k − rank(R̃) rows of the null space, whatever
 LAPACK returns (``"lapack"``, reproduces the published numbers); ``"drop"`` keeps only the rows
-with a non-zero singular value (well defined; the spec measured < 0.001 F1 difference).
+with a non-zero singular value (well defined; < 0.001 F1 difference measured, docs/methods/fedcia.md).
 """
 
 from __future__ import annotations

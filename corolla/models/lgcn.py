@@ -1,11 +1,11 @@
-"""LGCN (Yu et al., LCFN) as LPSFed's client model (ICLR'26; spec LPSFED_DISTFEDAVG A2–A3;
+"""LGCN (Yu et al., LCFN) as LPSFed's client model (ICLR'26; docs/methods/lpsfed.md;
 paper §2.2–§3.1, Eq. 2–10), usable with plain FedAvg of its MLPs as the baseline.
 
 On the client's own bipartite subgraph (its users and its items, training edges only):
 
 * spectral basis (:func:`spectral_basis`): the Φ eigenvectors of the normalised Laplacian
   L = I − D^-½ A D^-½ with the smallest eigenvalues λ_1..λ_Φ (Lanczos on D^-½ A D^-½, once per
-  client; the code's combinatorial D − A with its 64 × 64 slicing bug is not reproduced, A2);
+  client; the code's combinatorial D − A with its 64 × 64 slicing bug is not reproduced, docs/methods/lpsfed.md);
 * layers (Eq. 2–3): E^(l+1) = P diag(k_l) Pᵀ E^(l), kernels k_l ∈ R^Φ learned, E^(0) = [users;
   items] (d = 64, N(0.01, 0.02²)); since PᵀP = I, E^(l) = P diag(k_l ⋯ k_1) Pᵀ E^(0), so a
   mini-batch needs only M = Pᵀ E^(0) (Φ × d) and the rows of P of its nodes;
@@ -37,7 +37,7 @@ from torch.nn import functional as F
 from corolla.util import stable_seed
 
 RANK_ITEM_BLOCK = 4096   # items per block of the pairwise ranking (keeps a block × users × h in cache)
-POP_EDGES = np.array([10, 20, 30, 40, 50, 100, 200, 300, 400, 500])   # 11 buckets (spec A3)
+POP_EDGES = np.array([10, 20, 30, 40, 50, 100, 200, 300, 400, 500])   # 11 buckets (LPSFed's fed_data_preprocessing.py:103-114)
 
 
 def pop_bucket(degree: np.ndarray) -> np.ndarray:

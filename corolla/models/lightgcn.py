@@ -1,6 +1,6 @@
 """LightGCN (He et al., SIGIR'20) on a client's own bipartite training graph.
 
-As in FedCIA's code (spec A3): the symmetric-normalised adjacency D^{-½} A D^{-½} of the
+As in FedCIA's code (``model/LightGCN.py``): the symmetric-normalised adjacency D^{-½} A D^{-½} of the
 (n_users + M)-node bipartite graph built from the client's training matrix, ``layers``
 propagation steps, the mean over layers 0..L as final embeddings, score = u_L · i_L, BPR loss
 with the regulariser on the ego (layer-0) embeddings. FedCIA's item similarity uses the ego item

@@ -1,7 +1,7 @@
 """Matrix factorisation (FedMF / FCF / PMF backbones).
 
 score(u, i) = p_u · q_i (a logit; sigmoid at evaluation does not change rankings).
-Losses: BPR (Rendle et al. 2009), BCE, and FedCIA's element-wise MSE (spec FEDCIA A3).
+Losses: BPR (Rendle et al. 2009), BCE, and FedCIA's element-wise MSE (FedCIA's ``model/MF.py:28-39``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""NCF as an MLP over concat(p_u, q_i) (FedNCF; FedCA spec B3, FedCIA spec A3 "MLP").
+"""NCF as an MLP over concat(p_u, q_i) (FedNCF; FedCA's ``model/model.py:66-78``, FedCIA's ``model/MLP.py``).
 
 ``layers`` = [2·dim, h1, h2, ...]: Linear+ReLU between consecutive widths, then Linear(h_last, 1).
 FedCA's NCF is layers [32, 16, 8] with dim 16; FedCIA's MLP is [2d, 32].

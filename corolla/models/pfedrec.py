@@ -1,4 +1,4 @@
-"""PFedRec's client model (Zhang et al., IJCAI'23; spec UFGRAPHFR §8, PF mlp.py:5-20).
+"""PFedRec's client model (Zhang et al., IJCAI'23; PF mlp.py:5-20, docs/methods/ufgraphfr.md).
 
 An item table ``item`` (M × d) and a score function ``affine`` = Linear(d, 1) on the item
 embedding, sigmoid output; there is no user embedding — the score function is the user's

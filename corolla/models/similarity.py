@@ -1,4 +1,4 @@
-"""FedCIA's collaborative information for parameter models (paper §5.2, spec A4).
+"""FedCIA's collaborative information for parameter models (paper §5.2; its ``flalgorithm/fedcia_param.py``).
 
 * item similarity ``C = E Eᵀ`` (M × M) of a client's item embeddings E (M × d), paper §5.2.2;
 * its truncated-SVD form for upload (paper §5.4.2): the client sends ``(Vh[:L], S[:L])`` and the

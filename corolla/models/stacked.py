@@ -1,4 +1,4 @@
-"""Local training of many one-user clients at once (FedCA spec B3, B7; PFedRec's harness).
+"""Local training of many one-user clients at once (FedCA's ``engine.py:114-151``; PFedRec's harness).
 
 Every hosted user has its own copy of the model (``corolla.models`` MF or NCF with one user):
 the parameters are stacked along a leading client axis (``item.weight``: B × M × d, and so on)

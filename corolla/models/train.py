@@ -29,7 +29,7 @@ def item_pools(fed: Federation, users: np.ndarray, pool: str,
 
 def fixed_triples(fed: Federation, users: np.ndarray, pool: str, g: np.random.Generator,
                   item_mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """FedCIA's ``UniformSample`` (spec A1): as many triples as training interactions; user uniform
+    """FedCIA's ``UniformSample`` (``dataset/dataset.py:106-124``): as many triples as training interactions; user uniform
     over the client's users with training items, positive uniform over its train items, negative
     uniform over its pool."""
     trains = [fed.rows("train", u) for u in users.tolist()]

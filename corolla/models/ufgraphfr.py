@@ -1,5 +1,5 @@
-"""UFGraphFR's client network (UF mymodel.py; spec UFGRAPHFR §2) and GPFedRec's (GP mlp.py; §7),
-and their local training (§3.1–3.2, §7) for many one-user clients at once.
+"""UFGraphFR's client network (UF mymodel.py; docs/methods/ufgraphfr.md) and GPFedRec's (GP mlp.py:6-35),
+and their local training (UF engine.py:48-84, 172-334; GP engine.py:92-128) for many one-user clients at once.
 
 UFGraphFR (the code's architecture, which produced the published numbers):
 
