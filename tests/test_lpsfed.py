@@ -76,6 +76,40 @@ def test_pairwise_angle_matrix_equals_per_pair_angle(scorer, mlp, block, monkeyp
     pairs = m.angle(eu[:, None, :].expand(3, 7, 8), ei[None].expand(3, 7, 8), scorer)
     torch.testing.assert_close(mat, pairs, atol=1e-5, rtol=1e-5)
     assert float(mat.min()) >= 0 and float(mat.max()) <= np.pi
+    cos = m.cosine_matrix(eu, ei, scorer)                    # the ranking score: the same order
+    torch.testing.assert_close(cos, m.cosine(eu[:, None, :].expand(3, 7, 8), ei[None].expand(3, 7, 8), scorer),
+                               atol=1e-6, rtol=1e-6)
+    assert torch.equal(torch.argsort(cos, dim=1, descending=True, stable=True), torch.argsort(mat, dim=1, stable=True))
+
+
+def test_ranking_does_not_depend_on_the_last_bits_of_the_parameters(data_dir):
+    """An early-round LGCN scores every item at R̂ ≈ π/2 ± 1e-5: in float32 R̂ a user's items took a
+    few dozen distinct values, so the top 20 was picked among exact ties by the last bits of the
+    vector and BLAS kernels, which differ between CPUs (the four LGCN golden lines failed on a new
+    machine). Ranked by cos R̂ in float64, no metric of any user changes when half of the
+    parameters move by 16 float32 ulps (a relative 1e-6; the float32 ranking changed)."""
+    from client_app.lpsfed import LPSFedClient
+    from corolla.config import resolve
+    from corolla.data import build_federation
+
+    cfg = resolve("lpsfed-ml100k", {"num-rounds": 2, "local-epochs": 1, "lgcn-phi": 16})
+    fed = build_federation(cfg, data_dir)
+    c = LPSFedClient(cfg, fed, 0, fed.clients[0], torch.device("cpu"), data_dir)
+    state = c.init_state()
+    g = np.random.default_rng(0)
+    bumped = {}
+    for k, v in state.items():
+        w = v.copy()
+        if v.dtype == np.float32:
+            sel = g.random(v.shape) < 0.5
+            for _ in range(16):
+                w[sel] = np.nextafter(w[sel], np.float32(np.inf))
+        bumped[k] = w
+    for split in ("valid", "test"):
+        a, b = c.evaluate_split(state, {}, {}, split), c.evaluate_split(bumped, {}, {}, split)
+        assert a.keys() == b.keys() and len(a["recall@20"]) > 100
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=f"{split} {k}")
 
 
 def test_losses_on_saturated_cosines_keep_a_gradient():

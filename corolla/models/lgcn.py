@@ -148,9 +148,18 @@ class LGCN(nn.Module):
         return torch.arccos(self.cosine(eu, ei, scorer).clamp(-1 + 1e-7, 1 - 1e-7))
 
     def angle_matrix(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
-        """R̂ of every (user, item) pair of ``eu`` (U × d) and ``ei`` (I × d), U × I, for ranking.
-        The first predictive layer on [e_u ‖ e_i ‖ e_u ⊙ e_i] splits as W1 e_u + W2 e_i +
-        (diag(e_u) W3ᵀ)ᵀ e_i, so the U × I × 3d input is never built."""
+        """R̂ of every (user, item) pair of ``eu`` (U × d) and ``ei`` (I × d), U × I."""
+        return torch.arccos(self.cosine_matrix(eu, ei, scorer).clamp(-1 + 1e-7, 1 - 1e-7))
+
+    def cosine_matrix(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
+        """cos R̂ of every (user, item) pair, U × I: the ranking score (R̂ ascending is cos R̂
+        descending, arccos being strictly decreasing). Ranking by R̂ itself loses the order: near
+        R̂ = π/2 (an untrained or barely trained predictive MLP: on lpsfed-ml100k's clients R̂ is
+        within 0.02 of π/2 with a spread of ~7e-6 over a user's items) float32 R̂ has a spacing
+        of 1.2e-7, i.e. ~60 distinct values per user, and the clamp merges |cos R̂| > 1 − 1e-7.
+        The ranking caller (client_app/lpsfed.py) evaluates in float64. The first predictive
+        layer on [e_u ‖ e_i ‖ e_u ⊙ e_i] splits as W1 e_u + W2 e_i + (diag(e_u) W3ᵀ)ᵀ e_i, so the
+        U × I × 3d input is never built."""
         if scorer == "code":
             c = F.normalize(eu, dim=-1) @ F.normalize(ei, dim=-1).T
         else:   # per user u: [e_i ‖ 1] @ [[W2ᵀ + diag(e_u) W3ᵀ]; (W1 e_u + b)ᵀ], one matmul for the chunk
@@ -170,7 +179,7 @@ class LGCN(nn.Module):
                     x = layer(x.tanh() if torch.is_grad_enabled() else x.tanh_())
                 out.append(x.squeeze(-1))
             c = torch.tanh(torch.cat(out).T)
-        return torch.arccos(c.clamp(-1 + 1e-7, 1 - 1e-7))
+        return c
 
     def bias_cosine(self, pu: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
         """cos ξ̂_ui of the L2-normalised bias embeddings (Eq. 7)."""
