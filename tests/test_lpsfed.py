@@ -82,6 +82,23 @@ def test_pairwise_angle_matrix_equals_per_pair_angle(scorer, mlp, block, monkeyp
     assert torch.equal(torch.argsort(cos, dim=1, descending=True, stable=True), torch.argsort(mat, dim=1, stable=True))
 
 
+def test_lgcn_is_invariant_to_the_sign_of_each_eigenvector():
+    """Lanczos returns each eigenvector with a sign set by round-off (the ML-100K clients' bases
+    flip 1 to 11 of 64 columns between OpenBLAS's SkylakeX and Haswell kernels): P diag(k) Pᵀ
+    does not see it, bit for bit."""
+    nu, ni, u, i = _graph(3, 200, 300, 1500)
+    p, _ = L.spectral_basis(nu, ni, u, i, 16)
+    m = L.LGCN(nu, ni, dim=8, layers=2, phi=16, mlp="paper", bias=False)
+    m.init_params(0)
+    nodes = torch.arange(nu + ni)
+    with torch.no_grad():
+        m.basis = torch.as_tensor(p)
+        a = m.pooled(nodes)
+        m.basis = torch.as_tensor(p * np.where(np.arange(16) % 3 == 0, -1, 1).astype(np.float32))
+        b = m.pooled(nodes)
+    assert torch.equal(a, b)
+
+
 def test_ranking_does_not_depend_on_the_last_bits_of_the_parameters(data_dir):
     """An early-round LGCN scores every item at R̂ ≈ π/2 ± 1e-5: in float32 R̂ a user's items took a
     few dozen distinct values, so the top 20 was picked among exact ties by the last bits of the
