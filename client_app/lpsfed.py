@@ -216,11 +216,11 @@ class LPSFedClient(LogicalClient):
     def evaluate_split(self, state, shared, personal, split: str) -> dict[str, np.ndarray]:
         """Full ranking over the client's own items (spec A8), users in chunks.
 
-        The scores are cos R̂ (R̂ ascending) computed in float64 from the float32 parameters and
-        basis: in float32 an early-round model (near-constant predictive MLP) scores ~500 items
-        into a few dozen float32 values per user, so its top 20 was picked among exact ties by the
-        last bit of the BLAS and vector kernels, which differ between machines (the golden lines
-        of the LGCN presets; tests/test_lpsfed.py)."""
+        The scores (:meth:`LGCN.rank_matrix`: the order of R̂ ascending) are computed in float64
+        from the float32 parameters and basis: float32 R̂ scored an early-round model's ~500 items
+        into a few dozen values per user, so its top 20 was picked among exact ties by the item id
+        and the last bit of the BLAS and vector kernels, which differ between machines (the golden
+        lines of the LGCN presets; tests/test_lpsfed.py)."""
         fed = self.fed
         m = self.model().double()
         set_params(m, {k: v for k, v in state.items() if not k.startswith(("opt/", "margin"))})
@@ -237,11 +237,11 @@ class LPSFedClient(LogicalClient):
             eu_all, ei = e[:n_u], e[n_u:]
             for a in range(0, len(local), 64):
                 rows = local[a:a + 64]
-                s = m.cosine_matrix(eu_all[rows], ei, self.cfg["lpsfed-scorer"]).numpy()   # float64
+                s = m.rank_matrix(eu_all[rows], ei, self.cfg["lpsfed-scorer"]).numpy()   # float64
                 truth = []
                 for k, row in enumerate(rows):
                     u = int(self.users[row])
-                    s[k, self.local_item[fed.rows("train", u)]] = -np.inf   # larger cos R̂ (smaller R̂) ranks higher
+                    s[k, self.local_item[fed.rows("train", u)]] = -np.inf   # larger score (smaller R̂) ranks higher
                     if split == "test":
                         v = self.local_item[fed.rows("valid", u)]
                         s[k, v[v >= 0]] = -np.inf

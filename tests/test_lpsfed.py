@@ -76,10 +76,26 @@ def test_pairwise_angle_matrix_equals_per_pair_angle(scorer, mlp, block, monkeyp
     pairs = m.angle(eu[:, None, :].expand(3, 7, 8), ei[None].expand(3, 7, 8), scorer)
     torch.testing.assert_close(mat, pairs, atol=1e-5, rtol=1e-5)
     assert float(mat.min()) >= 0 and float(mat.max()) <= np.pi
-    cos = m.cosine_matrix(eu, ei, scorer)                    # the ranking score: the same order
+    cos = m.cosine_matrix(eu, ei, scorer)
     torch.testing.assert_close(cos, m.cosine(eu[:, None, :].expand(3, 7, 8), ei[None].expand(3, 7, 8), scorer),
                                atol=1e-6, rtol=1e-6)
-    assert torch.equal(torch.argsort(cos, dim=1, descending=True, stable=True), torch.argsort(mat, dim=1, stable=True))
+    rank = m.rank_matrix(eu, ei, scorer)                      # the ranking score: the order of R̂
+    assert torch.equal(torch.argsort(rank, dim=1, descending=True, stable=True), torch.argsort(mat, dim=1, stable=True))
+
+
+def test_ranking_score_keeps_the_order_where_tanh_saturates():
+    """Beyond x = −19.06 cos R̂ = tanh x is exactly −1 even in float64 (and near R̂ = π tanh shrinks
+    the differences of x by 1 − tanh² x before rounding them): ranked by cos R̂ or R̂ the items
+    would tie and fall back to their id. rank_matrix (x itself) keeps R̂'s order."""
+    m = L.LGCN(5, 6, dim=8, layers=2, phi=4, mlp="paper", bias=False).double()
+    m.init_params(1)
+    with torch.no_grad():
+        m.pred[-1].bias.fill_(-40.0)
+    eu, ei = torch.randn(3, 8, dtype=torch.float64), torch.randn(50, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert (m.cosine_matrix(eu, ei, "paper") == -1).all()
+        x = m.rank_matrix(eu, ei, "paper")
+    assert all(len(torch.unique(row)) == 50 for row in x)
 
 
 def test_lgcn_is_invariant_to_the_sign_of_each_eigenvector():
