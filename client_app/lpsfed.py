@@ -217,11 +217,17 @@ class LPSFedClient(LogicalClient):
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_split(self, state, shared, personal, split: str) -> dict[str, np.ndarray]:
-        """Full ranking over the client's own items (docs/methods/lpsfed.md), users in chunks."""
+        """Full ranking over the client's own items (docs/methods/lpsfed.md), users in chunks.
+
+        The scores (:meth:`LGCN.rank_matrix`: the order of R̂ ascending) are computed in float64
+        from the float32 parameters and basis: float32 R̂ scored an early-round model's ~500 items
+        into a few dozen values per user, so its top 20 was picked among exact ties by the item id
+        and the last bit of the BLAS and vector kernels, which differ between machines (the golden
+        lines of the LGCN presets; tests/test_lpsfed.py)."""
         fed = self.fed
-        m = self.model()
+        m = self.model().double()
         set_params(m, {k: v for k, v in state.items() if not k.startswith(("opt/", "margin"))})
-        m.basis = torch.as_tensor(self.basis()[0])
+        m.basis = torch.as_tensor(self.basis()[0], dtype=torch.float64)
         m.eval()
         truth_all = [self.local_item[fed.rows(split, int(u))] for u in self.users.tolist()]
         local = [k for k, t in enumerate(truth_all) if (t >= 0).any()]
@@ -234,11 +240,11 @@ class LPSFedClient(LogicalClient):
             eu_all, ei = e[:n_u], e[n_u:]
             for a in range(0, len(local), 64):
                 rows = local[a:a + 64]
-                s = -m.angle_matrix(eu_all[rows], ei, self.p.lpsfed_scorer).numpy().astype(np.float64)
+                s = m.rank_matrix(eu_all[rows], ei, self.p.lpsfed_scorer).numpy()   # float64
                 truth = []
                 for k, row in enumerate(rows):
                     u = int(self.users[row])
-                    s[k, self.local_item[fed.rows("train", u)]] = -np.inf   # smaller angle ranks higher
+                    s[k, self.local_item[fed.rows("train", u)]] = -np.inf   # larger score (smaller R̂) ranks higher
                     if split == "test":
                         v = self.local_item[fed.rows("valid", u)]
                         s[k, v[v >= 0]] = -np.inf

@@ -76,6 +76,73 @@ def test_pairwise_angle_matrix_equals_per_pair_angle(scorer, mlp, block, monkeyp
     pairs = m.angle(eu[:, None, :].expand(3, 7, 8), ei[None].expand(3, 7, 8), scorer)
     torch.testing.assert_close(mat, pairs, atol=1e-5, rtol=1e-5)
     assert float(mat.min()) >= 0 and float(mat.max()) <= np.pi
+    cos = m.cosine_matrix(eu, ei, scorer)
+    torch.testing.assert_close(cos, m.cosine(eu[:, None, :].expand(3, 7, 8), ei[None].expand(3, 7, 8), scorer),
+                               atol=1e-6, rtol=1e-6)
+    rank = m.rank_matrix(eu, ei, scorer)                      # the ranking score: the order of R̂
+    assert torch.equal(torch.argsort(rank, dim=1, descending=True, stable=True), torch.argsort(mat, dim=1, stable=True))
+
+
+def test_ranking_score_keeps_the_order_where_tanh_saturates():
+    """Beyond x = −19.06 cos R̂ = tanh x is exactly −1 even in float64 (and near R̂ = π tanh shrinks
+    the differences of x by 1 − tanh² x before rounding them): ranked by cos R̂ or R̂ the items
+    would tie and fall back to their id. rank_matrix (x itself) keeps R̂'s order."""
+    m = L.LGCN(5, 6, dim=8, layers=2, phi=4, mlp="paper", bias=False).double()
+    m.init_params(1)
+    with torch.no_grad():
+        m.pred[-1].bias.fill_(-40.0)
+    eu, ei = torch.randn(3, 8, dtype=torch.float64), torch.randn(50, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert (m.cosine_matrix(eu, ei, "paper") == -1).all()
+        x = m.rank_matrix(eu, ei, "paper")
+    assert all(len(torch.unique(row)) == 50 for row in x)
+
+
+def test_lgcn_is_invariant_to_the_sign_of_each_eigenvector():
+    """Lanczos returns each eigenvector with a sign set by round-off (the ML-100K clients' bases
+    flip 1 to 11 of 64 columns between OpenBLAS's SkylakeX and Haswell kernels): P diag(k) Pᵀ
+    does not see it, bit for bit."""
+    nu, ni, u, i = _graph(3, 200, 300, 1500)
+    p, _ = L.spectral_basis(nu, ni, u, i, 16)
+    m = L.LGCN(nu, ni, dim=8, layers=2, phi=16, mlp="paper", bias=False)
+    m.init_params(0)
+    nodes = torch.arange(nu + ni)
+    with torch.no_grad():
+        m.basis = torch.as_tensor(p)
+        a = m.pooled(nodes)
+        m.basis = torch.as_tensor(p * np.where(np.arange(16) % 3 == 0, -1, 1).astype(np.float32))
+        b = m.pooled(nodes)
+    assert torch.equal(a, b)
+
+
+def test_ranking_does_not_depend_on_the_last_bits_of_the_parameters(data_dir):
+    """An early-round LGCN scores every item at R̂ ≈ π/2 ± 1e-5: in float32 R̂ a user's items took a
+    few dozen distinct values, so the top 20 was picked among exact ties by the last bits of the
+    vector and BLAS kernels, which differ between CPUs (the four LGCN golden lines failed on a new
+    machine). Ranked by cos R̂ in float64, no metric of any user changes when half of the
+    parameters move by 16 float32 ulps (a relative 1e-6; the float32 ranking changed)."""
+    from client_app.lpsfed import LPSFedClient
+    from corolla.config import resolve
+    from corolla.data import build_federation
+
+    cfg = resolve("lpsfed-ml100k", {"num-rounds": 2, "local-epochs": 1, "lgcn-phi": 16})
+    fed = build_federation(cfg, data_dir)
+    c = LPSFedClient(cfg, fed, 0, fed.clients[0], torch.device("cpu"), data_dir)
+    state = c.init_state()
+    g = np.random.default_rng(0)
+    bumped = {}
+    for k, v in state.items():
+        w = v.copy()
+        if v.dtype == np.float32:
+            sel = g.random(v.shape) < 0.5
+            for _ in range(16):
+                w[sel] = np.nextafter(w[sel], np.float32(np.inf))
+        bumped[k] = w
+    for split in ("valid", "test"):
+        a, b = c.evaluate_split(state, {}, {}, split), c.evaluate_split(bumped, {}, {}, split)
+        assert a.keys() == b.keys() and len(a["recall@20"]) > 100
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=f"{split} {k}")
 
 
 def test_losses_on_saturated_cosines_keep_a_gradient():

@@ -148,29 +148,47 @@ class LGCN(nn.Module):
         return torch.arccos(self.cosine(eu, ei, scorer).clamp(-1 + 1e-7, 1 - 1e-7))
 
     def angle_matrix(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
-        """R̂ of every (user, item) pair of ``eu`` (U × d) and ``ei`` (I × d), U × I, for ranking.
-        The first predictive layer on [e_u ‖ e_i ‖ e_u ⊙ e_i] splits as W1 e_u + W2 e_i +
-        (diag(e_u) W3ᵀ)ᵀ e_i, so the U × I × 3d input is never built."""
+        """R̂ of every (user, item) pair of ``eu`` (U × d) and ``ei`` (I × d), U × I."""
+        return torch.arccos(self.cosine_matrix(eu, ei, scorer).clamp(-1 + 1e-7, 1 - 1e-7))
+
+    def cosine_matrix(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
+        """cos R̂ of every (user, item) pair, U × I."""
+        s = self.rank_matrix(eu, ei, scorer)
+        return s if scorer == "code" else torch.tanh(s)
+
+    def rank_matrix(self, eu: torch.Tensor, ei: torch.Tensor, scorer: str) -> torch.Tensor:
+        """The ranking score of every (user, item) pair, U × I, larger first: a strictly
+        decreasing function of R̂, so it orders the items as R̂ ascending does (Eq. 5) — cos R̂
+        for ``code``, and for ``paper`` the predictive MLP's output x before its tanh
+        (cos R̂ = tanh x). Ranking by R̂ itself loses the order: near R̂ = π/2 (an untrained or
+        barely trained predictive MLP: on lpsfed-ml100k's clients R̂ lies within 0.02 of π/2 with
+        a spread of ~7e-6 over a user's items) float32 R̂ has a spacing of 1.2e-7, i.e. a few
+        dozen distinct values per user; near R̂ = π (LPSFed's collapse: x ≈ −4 on lpsfed-ml100k)
+        tanh shrinks the differences of x by 1 − tanh² x ≈ 1e-3 before they are rounded, and it
+        is exactly ±1 beyond |x| = 9.01 in float32, 19.06 in float64; the clamp merges
+        |cos R̂| > 1 − 1e-7. Tied items fall back to the item id. The ranking caller
+        (client_app/lpsfed.py) evaluates in float64. The first predictive layer on
+        [e_u ‖ e_i ‖ e_u ⊙ e_i] splits as W1 e_u + W2 e_i + (diag(e_u) W3ᵀ)ᵀ e_i, so the
+        U × I × 3d input is never built."""
         if scorer == "code":
-            c = F.normalize(eu, dim=-1) @ F.normalize(ei, dim=-1).T
-        else:   # per user u: [e_i ‖ 1] @ [[W2ᵀ + diag(e_u) W3ᵀ]; (W1 e_u + b)ᵀ], one matmul for the chunk
-            d = eu.shape[1]
-            w, b = self.pred[0].weight, self.pred[0].bias                     # h × 3d
-            w1, w2, w3 = w[:, :d], w[:, d:2 * d], w[:, 2 * d:]
-            h = w.shape[0]
-            per_user = w2.T[None] + eu[:, :, None] * w3.T[None]                 # U × d × h
-            row = eu @ w1.T + b                                                # U × h
-            rhs = torch.cat([per_user, row[:, None, :]], 1).permute(1, 0, 2).reshape(d + 1, -1)
-            out = []
-            for a in range(0, ei.shape[0], RANK_ITEM_BLOCK):
-                blk = ei[a:a + RANK_ITEM_BLOCK]
-                lhs = torch.cat([blk, torch.ones(len(blk), 1, dtype=ei.dtype)], 1)
-                x = (lhs @ rhs).view(-1, eu.shape[0], h)                      # I_block × U × h
-                for layer in self.pred[1:]:
-                    x = layer(x.tanh() if torch.is_grad_enabled() else x.tanh_())
-                out.append(x.squeeze(-1))
-            c = torch.tanh(torch.cat(out).T)
-        return torch.arccos(c.clamp(-1 + 1e-7, 1 - 1e-7))
+            return F.normalize(eu, dim=-1) @ F.normalize(ei, dim=-1).T
+        # per user u: [e_i ‖ 1] @ [[W2ᵀ + diag(e_u) W3ᵀ]; (W1 e_u + b)ᵀ], one matmul for the chunk
+        d = eu.shape[1]
+        w, b = self.pred[0].weight, self.pred[0].bias                     # h × 3d
+        w1, w2, w3 = w[:, :d], w[:, d:2 * d], w[:, 2 * d:]
+        h = w.shape[0]
+        per_user = w2.T[None] + eu[:, :, None] * w3.T[None]                 # U × d × h
+        row = eu @ w1.T + b                                                # U × h
+        rhs = torch.cat([per_user, row[:, None, :]], 1).permute(1, 0, 2).reshape(d + 1, -1)
+        out = []
+        for a in range(0, ei.shape[0], RANK_ITEM_BLOCK):
+            blk = ei[a:a + RANK_ITEM_BLOCK]
+            lhs = torch.cat([blk, torch.ones(len(blk), 1, dtype=ei.dtype)], 1)
+            x = (lhs @ rhs).view(-1, eu.shape[0], h)                      # I_block × U × h
+            for layer in self.pred[1:]:
+                x = layer(x.tanh() if torch.is_grad_enabled() else x.tanh_())
+            out.append(x.squeeze(-1))
+        return torch.cat(out).T
 
     def bias_cosine(self, pu: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
         """cos ξ̂_ui of the L2-normalised bias embeddings (Eq. 7)."""
