@@ -708,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "run":
             if args.nodes is not None and args.nodes < 1:
                 ap.error("--nodes: expected >= 1")
+            from corolla import install
+            install.check()   # another distribution's 'strategies' or 'server_app' would be run silently
             return run_command(args)
         return {"presets": presets_command, "keys": keys_command, "methods": methods_command,
                 "report": report_command, "flwr-config": flwr_config_command}[args.cmd](args)
