@@ -3,7 +3,8 @@
 # gives the writable volumes to a plain user (COROLLA_UID/COROLLA_GID, default 10001, or the owner
 # of a bind-mounted /runs), copies the TLS keys for that user, and runs the role as that user.
 #
-#   superlink   flower-superlink (Fleet API 9092, Control API 8000); with COROLLA_CERTS (ca.crt,
+#   superlink   flower-superlink (Control API 8000; Fleet API: HTTP on 8000 with Flower 1.42, gRPC on 9092
+#               with Flower 1.39, the image's line, flower_io/compat.py); with COROLLA_CERTS (ca.crt,
 #               server.pem, server.key, keys/*.pub): TLS and SuperNode authentication, and it
 #               registers every public key in keys/ itself, then marks the claims volume ready
 #   supernode   corolla supernode (flower-supernode with settable waits) with node config clients="auto" (or COROLLA_NODE_CONFIG);
@@ -16,7 +17,13 @@ set -euo pipefail
 
 link_host=${COROLLA_SUPERLINK_HOST:-superlink}
 control=${COROLLA_CONTROL:-$link_host:8000}
-fleet=${COROLLA_FLEET:-$link_host:9092}
+# the Fleet API of the image's Flower line (flower_io/compat.py): HTTP on the SuperLink's 8000 (1.42), gRPC on 9092 (1.39)
+if [ "$(python3 -c 'from flower_io import compat; print(compat.fleet_transport())')" = grpc ]; then
+  fleet_port=9092 fleet_args=(--fleet-api-address 0.0.0.0:9092)
+else
+  fleet_port=8000 fleet_args=()
+fi
+fleet=${COROLLA_FLEET:-$link_host:$fleet_port}
 certs=${COROLLA_CERTS:-}
 claims=${COROLLA_CLAIMS:-/claims}
 
@@ -113,7 +120,7 @@ done
 case "$role" in
   superlink)
     [ -z "$certs" ] || rm -rf "${claims:?}"/* "$claims/.registered" 2>/dev/null || true
-    link_args=(--disable-runtime-dependency-installation --fleet-api-address 0.0.0.0:9092 --host 0.0.0.0 --port 8000)
+    link_args=(--disable-runtime-dependency-installation "${fleet_args[@]}" --host 0.0.0.0 --port 8000)
     if [ -z "$certs" ]; then
       exec flower-superlink --insecure "${link_args[@]}" "$@"
     fi
@@ -172,7 +179,7 @@ case "$role" in
     exec corolla run "${args[@]}" "$@"
     ;;
   help|--help|-h)
-    sed -n '2,17p' "$0"
+    sed -n '2,18p' "$0"
     ;;
   *)
     exec "$role" "$@"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from flower_io import compat
 from launcher import procs
 from launcher.cli import _path_with_interpreter, flower_bin
 from server_app.app import run_federation
@@ -263,27 +264,29 @@ def _free_port():
 
 
 def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
-    """``corolla run --superlink HOST:PORT`` against a SuperLink and two ``clients="auto"``
-    SuperNodes started apart (as compose does): the run completes with the numbers of the
+    """``corolla run --superlink HOST:PORT`` against a SuperLink and two stock ``flower-supernode``
+    with ``clients="auto"`` started apart (as compose does), with this venv's Flower line's Fleet
+    flags (CI runs it on both lines): the run completes with the numbers of the
     in-process run, exit 0; a run that fails on the nodes exits non-zero (``flwr run`` would
     exit 0)."""
     from launcher.cli import wait_port
 
     env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT), FLWR_HOME=str(tmp_path / "home"),
                FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05", PATH=_path_with_interpreter(os.environ.get("PATH", "")))
-    control, fleet = _free_port(), _free_port()
+    control, fleet_port = _free_port(), _free_port()
+    fleet = compat.fleet_address("127.0.0.1", control, fleet_port)   # this Flower line's Fleet API
     procs = []
     try:
         link = subprocess.Popen([flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-                                 "--host", "127.0.0.1", "--port", str(control), "--fleet-api-address",
-                                 f"127.0.0.1:{fleet}"], env=env, cwd=tmp_path, start_new_session=True,
-                                stdout=open(tmp_path / "link.log", "w"), stderr=subprocess.STDOUT)
+                                 "--host", "127.0.0.1", "--port", str(control),
+                                 *compat.superlink_fleet_args("127.0.0.1", fleet_port)], env=env, cwd=tmp_path,
+                                start_new_session=True, stdout=open(tmp_path / "link.log", "w"), stderr=subprocess.STDOUT)
         procs.append(link)
         wait_port(control, link)
-        wait_port(fleet, link)
+        wait_port(int(fleet.rsplit(":", 1)[1]), link)
         for i in range(2):
             nc = f'clients="auto" data-dir="{data_dir}" state-dir="{tmp_path / "state"}"'
-            procs.append(subprocess.Popen([flower_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{fleet}",
+            procs.append(subprocess.Popen([flower_bin("flower-supernode"), "--insecure", "--superlink", fleet,
                                            "--host", "127.0.0.1", "--port", str(_free_port()), "--node-config", nc],
                                           env=env, cwd=tmp_path, start_new_session=True,
                                           stdout=open(tmp_path / f"node{i}.log", "w"), stderr=subprocess.STDOUT))
