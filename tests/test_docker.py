@@ -33,10 +33,12 @@ from flower_io import compat
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 # the image is built for the Flower line of the venv that runs these tests (flower_io/compat.py):
-# corolla:latest on the default line, corolla:flwr<line> on the other
+# corolla:latest on the default line, corolla:flwr<line> on the other; COROLLA_TEST_IMAGE names it
+# instead ("{line}" in it becomes the line, e.g. COROLLA_TEST_IMAGE=mine:flwr{line})
 LINE = compat.line()
-IMAGE = os.environ.get("COROLLA_TEST_IMAGE") or (
-    "corolla:latest" if LINE is None or LINE.name == compat.DEFAULT_LINE else f"corolla:flwr{LINE.name}")
+IMAGE = (os.environ.get("COROLLA_TEST_IMAGE") or (
+    "corolla:latest" if LINE is None or LINE.name == compat.DEFAULT_LINE else "corolla:flwr{line}")).replace(
+    "{line}", LINE.name if LINE else compat.DEFAULT_LINE)
 SET = "fraction-train=0.1 local-epochs=1"   # small rounds: the drills test the plumbing
 
 
