@@ -2,13 +2,11 @@
 
 Corolla supports two Flower lines (``docs/deployment.md``, "Flower lines"):
 
-========  =====================================  ==========================================
-line      Fleet API (SuperNode <-> SuperLink)     SuperLink flags Corolla passes
-========  =====================================  ==========================================
-1.42      HTTP, on the SuperLink's ``--host/--port`` (default 8000, shared with Control and the
-          ServerApp's runtime API)               none for the Fleet API
-1.39      gRPC (``grpc-rere``), its own port      ``--fleet-api-address HOST:PORT`` (default 9092)
-========  =====================================  ==========================================
+* **1.42** (the default): the Fleet API (SuperNode <-> SuperLink) is HTTP on the SuperLink's
+  ``--host/--port`` (default 8000, shared with the Control API and the ServerApp's runtime API);
+  the SuperLink gets no Fleet flag and the SuperNodes' ``--superlink`` is that port;
+* **1.39**: the Fleet API is a gRPC server (``grpc-rere``) of its own, placed with
+  ``--fleet-api-address HOST:PORT`` (default 9092), where the SuperNodes connect.
 
 Everything else Corolla uses from Flower is its public API (``flwr.app``, ``flwr.serverapp``,
 ``flwr.clientapp``, the ``flwr`` / ``flower-*`` commands), identical on both lines. The speed
