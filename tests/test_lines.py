@@ -166,16 +166,20 @@ def test_a_node_of_the_other_line_is_refused_in_one_line(pythons, tmp_path, node
     link = subprocess.Popen([str(link_bin / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
                              "--host", "127.0.0.1", "--port", str(control),
                              *compat.superlink_fleet_args("127.0.0.1", fleet_port, link_version)],
-                            cwd=tmp_path, env=_env(FLWR_HOME=tmp_path / "home"), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                            cwd=tmp_path, env=_env(FLWR_HOME=tmp_path / "home", PATH=f"{link_bin}:{os.environ['PATH']}"),
+                            start_new_session=True, stdout=open(tmp_path / "link.log", "w"), stderr=subprocess.STDOUT)
     try:
-        wait_port(control, link)
+        try:
+            wait_port(control, link)
+        except RuntimeError as e:
+            raise AssertionError(f"{e}\n{(tmp_path / 'link.log').read_text()[-3000:]}") from None
         # where a node of its own line would connect, and the other port a user might try
         targets = {compat.fleet_address("127.0.0.1", control, fleet_port, link_version), f"127.0.0.1:{control}"}
         for target in sorted(targets):
             p = subprocess.run([node_py, "-m", "launcher.supernode", "--insecure", "--superlink", target,
                                 "--host", "127.0.0.1", "--port", str(free_port())], cwd=ROOT,
-                               env=_env(FLWR_HOME=tmp_path / "node"), capture_output=True, text=True, timeout=120)
+                               env=_env(FLWR_HOME=tmp_path / "node", PATH=f"{Path(node_py).parent}:{os.environ['PATH']}"),
+                               capture_output=True, text=True, timeout=120)
             lines = [x for x in p.stderr.splitlines() if x.strip()]
             assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
             assert len(lines) == 1 and lines[0].startswith(f"error: --superlink {target} "), lines
