@@ -21,6 +21,9 @@ rounds, the 1-minute load average before it, and whether the test metrics equal 
 run's. Prints a Markdown table; ``--json`` keeps the rows.
 
     python benchmarks/floor.py --data-dir $COROLLA_DATA --json docs/results/floor.json
+
+It runs on whichever Flower line the interpreter has (``docs/deployment.md``, "Flower lines"); the
+JSON records that Flower's version. One run per line on the same machine compares the lines.
 """
 from __future__ import annotations
 
@@ -97,8 +100,9 @@ def main(argv=None) -> int:
         print(f"| {r['target']} `{r['preset']}` | {r['variant']} | {r['command_s']} | {r['median_round_s']} | {r['rounds']} | {ratio} | "
               f"{'yes' if r['same_metrics'] else 'NO'} | {r['loadavg_1min']:.2f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": os.uname().nodename, "cores": os.cpu_count(), "rows": rows},
-                                              indent=1))
+        from importlib.metadata import version
+        Path(args.json).write_text(json.dumps({"machine": os.uname().nodename, "cores": os.cpu_count(),
+                                               "flwr": version("flwr"), "rows": rows}, indent=1))
     return 0
 
 

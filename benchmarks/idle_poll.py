@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from flower_io import compat  # noqa: E402
 from launcher.cli import _path_with_interpreter, flower_bin, free_port, wait_port  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -39,19 +40,20 @@ def loadavg() -> float:
 def measure(poll: float, nodes: int, window: float, warmup: float, tmp: Path) -> dict:
     env = dict(os.environ, FLWR_HOME=str(tmp / "home"), PYTHONPATH=str(ROOT),
                PATH=_path_with_interpreter(os.environ.get("PATH", "")), FLWR_DISABLE_UPDATE_CHECK="1")
-    control, fleet = free_port(), free_port()
+    control, fleet_port = free_port(), free_port()
+    fleet = compat.fleet_address("127.0.0.1", control, fleet_port)   # this Flower line's Fleet API
     procs = []
     try:
         link = subprocess.Popen([flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
                                  "--host", "127.0.0.1", "--port", str(control),
-                                 "--fleet-api-address", f"127.0.0.1:{fleet}"],
+                                 *compat.superlink_fleet_args("127.0.0.1", fleet_port)],
                                 env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
         procs.append(link)
-        wait_port(fleet, link)
+        wait_port(int(fleet.rsplit(":", 1)[1]), link)
         for _ in range(nodes):
             procs.append(subprocess.Popen([sys.executable, "-m", "launcher.supernode", "--idle-poll", str(poll),
-                                           "--insecure", "--superlink", f"127.0.0.1:{fleet}", "--host", "127.0.0.1",
+                                           "--insecure", "--superlink", fleet, "--host", "127.0.0.1",
                                            "--port", str(free_port())],
                                           env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True))

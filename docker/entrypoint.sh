@@ -4,8 +4,9 @@
 # of a bind-mounted /runs), copies the TLS files it was given for that user, and runs the role as
 # that user.
 #
-#   superlink   flower-superlink (Fleet API 9092, Control API 8000). Published beyond the host
-#               (COROLLA_BIND not a loopback address) only with TLS. With COROLLA_CERTS (ca.crt,
+#   superlink   flower-superlink (Control API 8000; Fleet API: HTTP on 8000 with Flower 1.42, gRPC on
+#               9092 with Flower 1.39, the image's line, flower_io/compat.py). Published beyond the
+#               host (COROLLA_BIND not a loopback address) only with TLS. With COROLLA_CERTS (ca.crt,
 #               server.pem, server.key: no CA key, no node key): TLS and SuperNode authentication;
 #               it registers every public key that appears in COROLLA_NODE_KEYS and marks it in
 #               COROLLA_REGISTERED
@@ -21,7 +22,13 @@ set -euo pipefail
 
 link_host=${COROLLA_SUPERLINK_HOST:-superlink}
 control=${COROLLA_CONTROL:-$link_host:8000}
-fleet=${COROLLA_FLEET:-$link_host:9092}
+# the Fleet API of the image's Flower line (flower_io/compat.py): HTTP on the SuperLink's 8000 (1.42), gRPC on 9092 (1.39)
+if [ "$(python3 -c 'from flower_io import compat; print(compat.fleet_transport())')" = grpc ]; then
+  fleet_port=9092 fleet_args=(--fleet-api-address 0.0.0.0:9092)
+else
+  fleet_port=8000 fleet_args=()
+fi
+fleet=${COROLLA_FLEET:-$link_host:$fleet_port}
 certs=${COROLLA_CERTS:-}
 node_keys=${COROLLA_NODE_KEYS:-/node-keys}
 registered=${COROLLA_REGISTERED:-/registered}
@@ -142,7 +149,7 @@ for d in /runs /state /cache; do   # a folder the user cannot write is one line 
 done
 case "$role" in
   superlink)
-    link_args=(--disable-runtime-dependency-installation --fleet-api-address 0.0.0.0:9092 --host 0.0.0.0 --port 8000)
+    link_args=(--disable-runtime-dependency-installation "${fleet_args[@]}" --host 0.0.0.0 --port 8000)
     if [ -z "$certs" ]; then
       exec flower-superlink --insecure "${link_args[@]}" "$@"
     fi

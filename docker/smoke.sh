@@ -92,9 +92,12 @@ for _ in $(seq 1 120); do   # the SuperLink is up once its Control API answers
 done
 network=$(docker network ls --format '{{.Name}}' | grep "^${project}_default$")
 rc=0
+# the Fleet API of the image's Flower line: superlink:8000 (1.42, HTTP) or superlink:9092 (1.39, gRPC)
+fleet=$(docker run --rm --entrypoint python3 "$COROLLA_IMAGE" -c \
+  'from flower_io import compat; print(compat.fleet_address("superlink", 8000, 9092))')
 timeout 120 docker run --rm --network "$network" -v "$certs:/certs:ro" "$COROLLA_IMAGE" \
   flower-supernode --root-certificates /certs/ca.crt --auth-supernode-private-key /certs/stranger \
-  --superlink superlink:9092 --node-config 'clients="auto"' >"$logs/stranger.log" 2>&1 || rc=$?
+  --superlink "$fleet" --node-config 'clients="auto"' >"$logs/stranger.log" 2>&1 || rc=$?
 if [ "$rc" -eq 0 ] || ! grep -q "code: 2004" "$logs/stranger.log" || ! grep -q "Exit Code: 305" "$logs/stranger.log"; then
   tail -20 "$logs/stranger.log"
   echo "FAILED: the unregistered SuperNode was not refused (exit code $rc)" >&2

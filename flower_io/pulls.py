@@ -1,7 +1,7 @@
 """The first wait of Flower's object pulls, made settable.
 
-Flower 1.39 moves every message body as objects: the receiver gets the message first, then pulls
-its objects (5 MB array chunks) one request each (``pull_objects`` in
+Flower (1.39 and 1.42 alike) moves every message body as objects: the receiver gets the message
+first, then pulls its objects (5 MB array chunks) one request each (``pull_objects`` in
 ``flwr/supercore/inflatable/inflatable_utils.py``). The sender pushes those objects *after* the
 message is visible, so a receiver that is quick often finds a chunk not yet there; it then waits
 ``PULL_INITIAL_BACKOFF`` = **1 s** (±20 % jitter) before asking again, doubling up to 10 s.
@@ -10,19 +10,17 @@ job through a local SuperLink it happened 57 times, in all three receivers (the 
 the server's message, the ClientApp pulling it from its SuperNode, the ServerApp pulling the
 replies; ``docs/results.md``, "Below Flower's floor").
 
-:func:`set_pull_backoff` changes only the keyword defaults of that one function
-(``pull_objects.__kwdefaults__``), which every caller in Flower uses, so the first retry comes
-after ``initial`` seconds and the doubling stops at ``cap``; nothing else of Flower's changes.
-It is guarded by an exact version check: on any Flower other than :data:`FLOWER_VERSION`, or if
-the function no longer has those two keyword defaults, it warns and leaves Flower as it is.
+:func:`set_pull_backoff` checks the setting and has :func:`flower_io.compat.set_pull_backoff`
+change only the keyword defaults of Flower's pull functions, so the first retry comes after
+``initial`` seconds and the doubling stops at ``cap``; nothing else of Flower's changes. On a
+Flower release the compat layer has not read it leaves Flower as it is (one warning per process).
 """
 from __future__ import annotations
 
 import os
-import warnings
 
-FLOWER_VERSION = "1.39.0"            # the Flower whose pull_objects has exactly these defaults
-STOCK_INITIAL_S, STOCK_CAP_S = 1, 10
+from flower_io import compat
+
 DEFAULT_PULL_BACKOFF = 0.02          # first retry; then 0.04, 0.08, ... up to the cap
 DEFAULT_PULL_CAP = 1.0
 ENV = "COROLLA_PULL_BACKOFF"         # how a SuperNode hands its setting to the ClientApps it starts
@@ -45,33 +43,15 @@ def env_backoff() -> float:
     return check_seconds(ENV, value) if value else DEFAULT_PULL_BACKOFF
 
 
-def _flower_version() -> str | None:
-    import flwr
-    version = getattr(flwr, "__version__", None)
-    if version is None:
-        from importlib.metadata import version as dist_version
-        version = dist_version("flwr")
-    return version
-
-
 def set_pull_backoff(initial: float = DEFAULT_PULL_BACKOFF, cap: float = DEFAULT_PULL_CAP) -> bool:
     """Make Flower's object pulls retry after ``initial`` s, doubling up to ``cap`` s, in this
-    process. Returns False (with a warning) and changes nothing on another Flower."""
+    process. Returns False (with the compat layer's one warning) and changes nothing on a Flower
+    release it has not read."""
     initial = check_seconds("the pull backoff", initial)
     cap = max(initial, check_seconds("the pull backoff cap", cap))
-    from flwr.supercore.inflatable import inflatable_utils as iu
-    version = _flower_version()
-    defaults = getattr(iu.pull_objects, "__kwdefaults__", None) or {}
-    if version != FLOWER_VERSION or "initial_backoff" not in defaults or "backoff_cap" not in defaults:
-        warnings.warn(f"Flower {version} is not {FLOWER_VERSION}, whose object-pull backoff was read; "
-                      f"leaving Flower's own ({defaults.get('initial_backoff', '?')} s first retry)", stacklevel=2)
-        return False
-    defaults["initial_backoff"] = initial
-    defaults["backoff_cap"] = cap
-    return True
+    return compat.set_pull_backoff(initial, cap)
 
 
 def pull_backoff() -> float:
     """The first retry of this process's object pulls (Flower's 1 s when unchanged)."""
-    from flwr.supercore.inflatable import inflatable_utils as iu
-    return float((iu.pull_objects.__kwdefaults__ or {}).get("initial_backoff", STOCK_INITIAL_S))
+    return compat.pull_backoff()

@@ -32,14 +32,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from corolla import extras, provenance
 from corolla.config import ConfigError, parse_overrides, resolve
+from flower_io import compat
 from flower_io.pulls import DEFAULT_PULL_BACKOFF
 from flower_io.pulls import ENV as PULL_BACKOFF_ENV
-from launcher import fab
+from launcher import fab, procs
 from launcher.supernode import DEFAULT_REPLY_POLL, LOCAL_IDLE_POLL, seconds_arg
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -98,8 +100,9 @@ class Cluster:
         self.idle_poll, self.reply_poll, self.clientapp_start = idle_poll, reply_poll, clientapp_start
         self.node_configs = node_configs
         self.procs: list[subprocess.Popen] = []
+        self.subreaper = False   # set by start(): this process adopts the run's orphans
         self.node_procs: dict[int, subprocess.Popen] = {}
-        self.fleet = 0
+        self.fleet = ""     # where the SuperNodes reach the SuperLink's Fleet API (host:port)
         self.logs = out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         # Flower's config lives in the run folder, where `flwr ls/log/stop` find it (printed at start)
@@ -125,11 +128,16 @@ class Cluster:
         log = open(self.logs / f"{name}.log", "ab")
         if node:
             crowded = self.nodes > (os.cpu_count() or 1)
+
+            def prepare():
+                procs.die_with_parent()
+                if crowded:
+                    os.nice(NODE_NICE)
             p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                 cwd=self.out, process_group=0, preexec_fn=(lambda: os.nice(NODE_NICE)) if crowded else None)
+                                 cwd=self.out, process_group=0, preexec_fn=prepare)
         else:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.out,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=procs.die_with_parent)
         self.procs.append(p)
         return p
 
@@ -145,7 +153,7 @@ class Cluster:
                                           "--idle-poll", str(self.idle_poll), "--reply-poll", str(self.reply_poll),
                                           "--clientapp-start", self.clientapp_start,
                                           "--pull-backoff", str(self.pull_backoff),
-                                          "--insecure", "--superlink", f"127.0.0.1:{self.fleet}",
+                                          "--insecure", "--superlink", self.fleet,
                                           "--host", "127.0.0.1", "--port", str(free_port()),
                                           "--node-config", ncs], node=True)
         self.node_procs[i] = p
@@ -161,19 +169,22 @@ class Cluster:
         p.wait()
 
     def start(self) -> str:
+        # orphans of the run (a ServerApp whose SuperExec ended first, ...) come back to this process
+        # instead of init, so that stop() still finds them among its descendants (launcher/procs.py)
+        self.subreaper = procs.become_subreaper()
         port = free_port()
         cmd = [flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
                "--host", "127.0.0.1", "--port", str(port)]
         if self.mode == "sim":
             cmd += ["--simulation"]
-        else:
-            fleet = free_port()
-            cmd += ["--fleet-api-address", f"127.0.0.1:{fleet}"]
+        else:   # the Fleet API: its own gRPC port on Flower 1.39, the shared HTTP port on 1.42
+            fleet_port = free_port()
+            cmd += compat.superlink_fleet_args("127.0.0.1", fleet_port)
+            self.fleet = compat.fleet_address("127.0.0.1", port, fleet_port)
         link = self._spawn("superlink", cmd)
         wait_port(port, link)
         if self.mode == "local":
-            wait_port(fleet, link)
-            self.fleet = fleet
+            wait_port(int(self.fleet.rsplit(":", 1)[1]), link)
             for i in range(self.nodes):
                 self.start_node(i)
         (self.logs / "pids.json").write_text(json.dumps(
@@ -185,6 +196,22 @@ class Cluster:
         return "corolla"
 
     def stop(self) -> None:
+        """Stop every process of the run, however it ends: first each process group the way Flower
+        expects (SIGTERM, then SIGKILL after 10 s), then whatever is still running of the run —
+        found by what it is, not by the groups above: the processes started here and their
+        descendants, and any process that carries this run's ``FLWR_HOME`` (the ServerApp and the
+        SuperExecs live in sessions of Flower's own; ``launcher/procs.py``). Signals that would
+        interrupt this (a second Ctrl-C or ``kill``) are held until it is done."""
+        held = _hold_signals()
+        try:
+            self._stop()
+        finally:
+            _release_signals(held)
+
+    def _stop(self) -> None:
+        # a subreaper's children are all the run's (orphans come back to it); else what was started here
+        roots = [os.getpid()] if self.subreaper else [p.pid for p in self.procs if p.poll() is None]
+        known = procs.run_processes(self.flwr_home, roots)   # before any signal: every parent chain intact
         for p in reversed(self.procs):
             if p.poll() is None:
                 try:
@@ -201,35 +228,24 @@ class Cluster:
                 except ProcessLookupError:
                     pass
                 p.wait()
-        # children that outlive SIGTERM in a process group (the ServerApp process the SuperLink
-        # starts in its group handles SIGTERM and may linger): remove them for good, and return
-        # only once none is left running (a SIGKILLed process takes a moment to die)
-        groups = [p.pid for p in self.procs]
-        end = time.monotonic() + 10
-        while True:
-            for g in groups:
-                try:
-                    os.killpg(g, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            if not live_in_groups(groups) or time.monotonic() > end:
-                break
-            time.sleep(0.05)
+        left = procs.end_run_processes(self.flwr_home, roots, grace=3.0, known=known,
+                                       keep={p.pid for p in self.procs})
+        if left:
+            print(f"corolla: {len(left)} process(es) of the run would not end: {left}", file=sys.stderr)
         self.procs.clear()
 
 
-def live_in_groups(pgids: list[int]) -> list[int]:
-    """Processes still running (not zombies, which only wait to be reaped) in these process
-    groups (Linux ``/proc``; elsewhere an empty list)."""
-    live = []
-    for d in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) in pgids and fields[0] != "Z":
-            live.append(int(d.name))
-    return live
+def _hold_signals() -> dict:
+    held = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            held[sig] = signal.signal(sig, signal.SIG_IGN)
+    return held
+
+
+def _release_signals(held: dict) -> None:
+    for sig, handler in held.items():
+        signal.signal(sig, handler)
 
 
 def _tail(path: Path, pos: int, show: bool = True) -> int:
@@ -381,6 +397,7 @@ def run_command(args: argparse.Namespace) -> int:
                                     start_new_session=True)
             cluster.procs.insert(0, proc)
             while proc.poll() is None:
+                procs.reap_adopted({p.pid for p in cluster.procs})   # orphans re-parented to this process
                 pos = _tail(progress, pos, show)
                 if summary_path.exists():
                     break

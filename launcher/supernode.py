@@ -1,18 +1,18 @@
 """``corolla supernode``: Flower's own SuperNode with its fixed waits made settable.
 
-Flower 1.39's SuperNode (``flwr/supernode/start_client_internal.py``) sleeps a hard-coded
-**3 s** whenever a pull from the SuperLink finds no message (``time.sleep(3)`` in
-``start_client_internal``) and checks for the ClientApp's reply in **0.5 s** steps
-(``time.sleep(0.5)`` in ``_push_messages``, twice). On one machine those waits, not the work,
-set the floor of a round (measured: ``docs/results.md``, "Below Flower's floor").
+Flower's SuperNode (``flwr/supernode/start_client_internal.py``, the same code in 1.39 and 1.42)
+sleeps a hard-coded **3 s** whenever a pull from the SuperLink finds no message
+(``time.sleep(3)`` in ``start_client_internal``) and checks for the ClientApp's reply in **0.5 s**
+steps (``time.sleep(0.5)`` in ``_push_messages``, twice). On one machine those waits, not the
+work, set the floor of a round (``docs/results.md``, "Speed through a real SuperLink").
 
-This wrapper changes nothing else: it replaces the ``time`` name *inside that one module* by
-an object whose ``sleep`` maps the 3 s wait to ``--idle-poll`` and the 0.5 s waits to
-``--reply-poll`` (every other attribute is the real ``time`` module), then calls Flower's own
-``flower_supernode`` entry point with the remaining arguments, so every ``flower-supernode``
-flag works unchanged. The substitution is guarded by an exact version check: on any Flower other
-than :data:`FLOWER_VERSION` (or if the module no longer has the waits) it warns and runs the
-stock SuperNode.
+This wrapper changes nothing else: it has :func:`flower_io.compat.install_waits` replace the
+``time`` name *inside that one module* by an object whose ``sleep`` maps the 3 s wait to
+``--idle-poll`` and the 0.5 s waits to ``--reply-poll`` (every other attribute is the real
+``time`` module), then calls Flower's own ``flower_supernode`` entry point with the remaining
+arguments, so every ``flower-supernode`` flag of the installed line works unchanged (1.39:
+``--superlink HOST:9092``, the gRPC Fleet API; 1.42: ``--superlink HOST:8000``, HTTP). On a
+Flower release the compat layer has not read it warns once and runs the stock SuperNode.
 
 ``--pull-backoff`` sets the first retry of Flower's object pulls (1 s in Flower; see
 :mod:`flower_io.pulls`) in the SuperNode and, through ``COROLLA_PULL_BACKOFF``, in the ClientApps
@@ -22,7 +22,7 @@ With ``--clientapp-start fork`` (the default) the SuperNode's SuperExec also for
 ClientApp from a warm parent instead of starting a fresh interpreter per message
 (:mod:`launcher.warm`); ``exec`` is Flower's way.
 
-The idle poll is a trade: each idle SuperNode sends the SuperLink one pull RPC per idle-poll
+The idle poll is a trade: each idle SuperNode sends the SuperLink one pull request per idle-poll
 interval. On loopback with a handful of nodes 0.05 s costs little (measured in
 ``docs/results.md``, "SuperLink CPU per idle node"); across machines, with many nodes on one
 SuperLink, the default :data:`DEFAULT_IDLE_POLL` keeps that load at a few pulls per second per
@@ -34,38 +34,13 @@ import argparse
 import json
 import os
 import sys
-import time
-import warnings
-from typing import Any
 
+from flower_io import compat
 from flower_io.pulls import DEFAULT_PULL_BACKOFF, ENV as PULL_BACKOFF_ENV, set_pull_backoff
 
-FLOWER_VERSION = "1.39.0"      # the Flower whose start_client_internal has exactly these waits
-STOCK_IDLE_S, STOCK_REPLY_S = 3.0, 0.5
 DEFAULT_IDLE_POLL = 0.5        # across machines: 2 pulls/s per idle node (Flower: 1 per 3 s)
 DEFAULT_REPLY_POLL = 0.05
 LOCAL_IDLE_POLL = 0.05         # what corolla run --mode local and the Docker image use on loopback
-
-
-class Waits:
-    """Stands in for the ``time`` module inside ``flwr.supernode.start_client_internal``: its
-    ``sleep`` maps Flower's two fixed waits to the chosen ones; everything else is ``time``."""
-
-    def __init__(self, idle: float, reply: float):
-        self.idle, self.reply = idle, reply
-
-    def map(self, seconds: float) -> float:
-        if seconds == STOCK_IDLE_S:
-            return self.idle
-        if seconds == STOCK_REPLY_S:
-            return self.reply
-        return seconds
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(self.map(seconds))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
 
 
 def seconds_arg(flag: str):
@@ -118,28 +93,95 @@ def with_key_in_node_config(rest: list[str]) -> list[str]:
     return [*out, "--node-config", entry]
 
 
-def waits_unsupported() -> bool:
-    """Whether the installed Flower is not :data:`FLOWER_VERSION` (read from its metadata, without
-    importing it)."""
-    from importlib.metadata import version as dist_version
-    return dist_version("flwr") != FLOWER_VERSION
+def _flag(args: list[str], name: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _probe(host: str, port: int, tls: bool, cafile: str | None, timeout: float) -> tuple[str, int | None] | None:
+    """What answers at host:port: ``("http", status)`` for an HTTP/1.1 server (the status of a
+    POST to the HTTP Fleet API's register route), ``("h2", None)`` for an HTTP/2-only (gRPC)
+    server; None when nothing can be told (not listening yet, TLS not verified, ...)."""
+    import socket
+    import ssl
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError:
+        return None
+    try:
+        if tls:
+            ctx = ssl.create_default_context(cafile=cafile)
+            ctx.set_alpn_protocols(["h2", "http/1.1"])
+            try:
+                sock = ctx.wrap_socket(sock, server_hostname=host)
+            except (ssl.SSLError, OSError):
+                return None
+            if sock.selected_alpn_protocol() == "h2":
+                return ("h2", None)
+        sock.settimeout(timeout)
+        sock.sendall(f"POST /v1/fleet/register-node HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n"
+                     "Connection: close\r\n\r\n".encode())
+        data = b""
+        try:
+            while len(data) < 64:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except (socket.timeout, OSError):
+            pass
+        if data.startswith(b"HTTP/1."):
+            try:
+                return ("http", int(data.split()[1]))
+            except (IndexError, ValueError):
+                return ("http", None)
+        return ("h2", None) if data else None
+    finally:
+        sock.close()
+
+
+def fleet_mismatch(rest: list[str], timeout: float = 3.0) -> str | None:
+    """One line when ``--superlink`` answers in another Fleet transport than this Flower's
+    SuperNode speaks (a Flower 1.42 node at a 1.39 SuperLink, or the other way round), which
+    stock Flower reports as a 404 exit or as endless connection retries; None when it matches or
+    cannot be told (the SuperLink not up yet: Flower's own retries wait for it)."""
+    version = compat.flower_version()
+    transport = compat.fleet_transport(version)
+    default_port = compat.LINES["1.39"].fleet_port if transport == "grpc" else compat.CONTROL_PORT
+    addr = _flag(rest, "--superlink") or f"127.0.0.1:{default_port}"
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return None   # Flower's own error names a malformed address
+    seen = _probe(host, int(port), "--insecure" not in rest, _flag(rest, "--root-certificates"), timeout)
+    if seen is None:
+        return None
+    kind, status = seen
+    if transport == "http" and kind == "h2":
+        return (f"--superlink {addr} speaks gRPC (HTTP/2), not HTTP: it is a Flower 1.39 SuperLink's Fleet API "
+                f"(--fleet-api-address); this node runs Flower {version}, whose SuperNode speaks HTTP only: install the "
+                f"SuperLink's Flower line on this node (pip install -c constraints/flwr-1.39.txt ...) or run the "
+                f"SuperLink on Flower {compat.major_minor(version)} and point the node at its --port (default {compat.CONTROL_PORT})")
+    if transport == "http" and status == 404:
+        return (f"--superlink {addr} has no HTTP Fleet API (404 on /v1/fleet/register-node: a Flower 1.39 SuperLink's "
+                f"Control port?); this node runs Flower {version} (HTTP Fleet): install the SuperLink's Flower line on "
+                f"this node (pip install -c constraints/flwr-1.39.txt ...) or run the SuperLink on Flower {compat.major_minor(version)}")
+    if transport == "grpc" and kind == "http":
+        return (f"--superlink {addr} answers HTTP/1.1, not gRPC: a Flower 1.42 SuperLink's Fleet API (or a SuperLink's "
+                f"Control port); this node runs Flower {version}, whose SuperNode speaks gRPC to the SuperLink's "
+                f"--fleet-api-address (default port {compat.LINES['1.39'].fleet_port}): install the SuperLink's Flower "
+                "line on this node (pip install -c constraints/flwr-1.42.txt ...)")
+    return None
 
 
 def install_waits(idle: float, reply: float) -> bool:
-    """Put :class:`Waits` into Flower's SuperNode loop; False (and a warning) when this Flower is
-    not the one whose waits were read, in which case nothing is changed."""
-    import flwr
-    from flwr.supernode import start_client_internal as sci
-    version = getattr(flwr, "__version__", None)
-    if version is None:
-        from importlib.metadata import version as dist_version
-        version = dist_version("flwr")
-    if version != FLOWER_VERSION or getattr(sci, "time", None) is not time:
-        warnings.warn(f"corolla supernode: Flower {version} is not {FLOWER_VERSION}, whose SuperNode waits were "
-                      "read; running the stock SuperNode (3 s idle poll, 0.5 s reply poll)", stacklevel=2)
-        return False
-    sci.time = Waits(idle, reply)
-    return True
+    """Flower's SuperNode waits in this process set to ``idle`` / ``reply`` s
+    (:func:`flower_io.compat.install_waits`); False, with one warning, on a Flower not read."""
+    return compat.install_waits(idle, reply)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,15 +197,17 @@ def main(argv: list[str] | None = None) -> int:
               "the rest: flower-supernode --help")
         return 0
     ours, rest = split_args(argv)
-    if ours.clientapp_start == "fork" and not waits_unsupported():
+    mismatch = fleet_mismatch(rest)
+    if mismatch:
+        print(f"error: {mismatch}", file=sys.stderr)
+        return 2
+    if ours.clientapp_start == "fork" and compat.forking_supported():
         from launcher import warm
         warm.install()   # first thing: the fork server's imports overlap the SuperNode's own start
     if set_pull_backoff(ours.pull_backoff):    # this SuperNode's pulls, and (by the environment) its ClientApps'
         os.environ[PULL_BACKOFF_ENV] = str(ours.pull_backoff)
     install_waits(ours.idle_poll, ours.reply_poll)
-    from flwr.supernode.cli import flower_supernode
-    sys.argv = ["flower-supernode", *with_key_in_node_config(rest)]
-    flower_supernode()
+    compat.run_flower_supernode(with_key_in_node_config(rest))
     return 0
 
 

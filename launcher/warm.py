@@ -1,7 +1,7 @@
 """Warm ClientApp processes: Flower's SuperExec launches each ClientApp by forking a parent that
 has already imported Flower, torch, numpy and scipy, instead of starting a fresh interpreter.
 
-Flower 1.39 starts a new ``flwr-clientapp`` process for **every** message a SuperNode receives
+Flower (1.39 and 1.42 alike) starts a new ``flwr-clientapp`` process for **every** message a SuperNode receives
 (``SubprocessExecutor.launch`` in ``flwr/supercore/superexec/executor/subprocess_executor.py``);
 on these cores importing Flower and torch in it costs about a second per message and node
 (``docs/results.md``, "One ClientApp process"). Nothing about the task changes here: the forked
@@ -9,16 +9,18 @@ child runs Flower's own ``flwr-clientapp`` entry point with the exact arguments 
 would pass, pulls its message, FAB and context through the SuperNode's runtime API, loads the
 app from the FAB and exits, as before.
 
-Pieces, each as narrow as Flower allows:
+Pieces, each as narrow as Flower allows (every touch of Flower's internals is in
+:mod:`flower_io.compat`, keyed by Flower version; on a Flower it has not read, ClientApps start
+Flower's way):
 
-* :class:`ForkExecutor` — a ``SubprocessExecutor`` whose ``launch`` hands ClientApp tasks to the
-  fork server (other task types go the stock way);
+* :func:`fork_executor_class` — a ``SubprocessExecutor`` whose ``launch`` hands ClientApp tasks to
+  the fork server (other task types go the stock way);
 * :func:`serve` — the fork server (``python -m launcher.warm``): a single-threaded process that
   imports only third-party modules (never the app: the FAB's code must be the one that runs),
   then forks one child per task line read on stdin. The SuperNode process starts it first thing
   (:func:`install`) and its SuperExec inherits the task pipe, so the imports overlap the
   SuperNode's own start;
-* :func:`superexec_main` — ``flower-superexec`` with ``get_executor`` answering a ForkExecutor
+* :func:`superexec_main` — ``flower-superexec`` with ``get_executor`` answering the fork executor
   for the subprocess executor type;
 * :class:`SuperExecCommand` — stands in for ``subprocess`` inside
   ``flwr.supernode.start_client_internal`` so the SuperNode starts ``python -m launcher.warm
@@ -37,6 +39,7 @@ import subprocess
 import sys
 from typing import Any
 
+from flower_io import compat
 from flower_io.pulls import ENV as PULL_BACKOFF_ENV, env_backoff, set_pull_backoff
 
 FD_ENV = "COROLLA_FORK_SERVER_FD"   # the fork server's task pipe, inherited by the SuperExec
@@ -45,15 +48,13 @@ FD_ENV = "COROLLA_FORK_SERVER_FD"   # the fork server's task pipe, inherited by 
 #: it lazily on the first optimizer a process builds (``Optimizer.__init__`` is wrapped by
 #: ``torch._disable_dynamo``), 1.4-1.5 s per forked ClientApp on these cores, against 0.002 s once it is
 #: preloaded. ``httpx`` is the client of Flower's runtime API (0.1 s per child).
-PRELOAD = ("flwr.supernode.cli.flwr_clientapp", "numpy", "scipy.sparse", "torch", "torch._dynamo", "httpx")
+PRELOAD = (*compat.clientapp_modules(), "numpy", "scipy.sparse", "torch", "torch._dynamo", "httpx")
 
 
 # ----------------------------------------------------------------------------------- fork server
 def run_clientapp(argv: list[str]) -> None:
     """Flower's ``flwr-clientapp`` entry point with ``argv``, in this (forked) process."""
-    from flwr.supernode.cli.flwr_clientapp import flwr_clientapp
-    sys.argv = ["flwr-clientapp", *argv]
-    flwr_clientapp()
+    compat.run_clientapp(argv)
 
 
 class TaskPipe:
@@ -138,81 +139,54 @@ def serve(preload=PRELOAD, stdin=None, entry=run_clientapp) -> None:
 
 
 # ----------------------------------------------------------------------------------- executor
-def clientapp_argv(spec) -> list[str]:
-    """The arguments Flower's SubprocessExecutor gives ``flwr-clientapp`` for ``spec``."""
-    from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG
-    args = [TASK_TYPE_TO_APPIO_API_ADDRESS_ARG[spec.task_type], spec.runtime_api_address, "--token", spec.token]
-    if spec.insecure:
-        args.append("--insecure")
-    elif spec.root_certificates_path is not None:
-        args.extend(["--root-certificates", spec.root_certificates_path])
-    if spec.parent_pid is not None:
-        args.extend(["--parent-pid", str(spec.parent_pid)])
-    if spec.runtime_dependency_install:
-        args.append("--allow-runtime-dependency-installation")
-    return args
+def _tasks_for():
+    """The fork server's task pipe for a SuperExec: the one the SuperNode handed down
+    (``$COROLLA_FORK_SERVER_FD``), else a fork server of this SuperExec's own. Returns
+    ``(server or None, pipe)``."""
+    fd = os.environ.get(FD_ENV)
+    if fd:   # the SuperNode started the fork server already (install()): write to its pipe
+        try:
+            return None, os.fdopen(int(fd), "w")
+        except (OSError, ValueError):
+            pass
+    server = start_server()
+    return server, server.stdin
+
+
+def _hand_off(tasks, argv: list[str], quiet: bool) -> bool:
+    """Give the fork server one ClientApp task; False when it is gone (the task then starts the
+    stock way)."""
+    server, pipe = tasks
+    if server is not None and server.poll() is not None:
+        return False
+    try:
+        pipe.write(json.dumps({"argv": argv, "quiet": quiet}) + "\n")
+        pipe.flush()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _close(tasks) -> None:
+    server, pipe = tasks
+    try:
+        pipe.close()
+    except OSError:
+        pass
+    if server is not None and server.poll() is None:
+        server.terminate()
 
 
 def fork_executor_class():
-    from flwr.supercore.constant import TaskType
-    from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExecutor
-    from flwr.supercore.superexec.executor.types import LaunchResult
-
-    class ForkExecutor(SubprocessExecutor):
-        """ClientApp tasks fork from the warm server; anything else starts as Flower starts it.
-        A dependency install per run (``--allow-runtime-dependency-installation``) needs a fresh
-        interpreter, so those tasks go the stock way too."""
-
-        def __init__(self):
-            fd = os.environ.get(FD_ENV)
-            self.server = None
-            if fd:   # the SuperNode started the fork server already (install()): write to its pipe
-                try:
-                    self.tasks = os.fdopen(int(fd), "w")
-                    return
-                except (OSError, ValueError):
-                    pass
-            self.server = start_server()
-            self.tasks = self.server.stdin
-
-        def launch(self, spec) -> LaunchResult:
-            if (spec.task_type != TaskType.CLIENT_APP or spec.runtime_dependency_install
-                    or (self.server is not None and self.server.poll() is not None)):
-                return super().launch(spec)
-            try:
-                self.tasks.write(json.dumps({"argv": clientapp_argv(spec), "quiet": spec.suppress_output}) + "\n")
-                self.tasks.flush()
-            except (OSError, ValueError):   # the fork server is gone: start this task the stock way
-                return super().launch(spec)
-            return LaunchResult.accepted()
-
-        def close(self) -> None:
-            try:
-                self.tasks.close()
-            except OSError:
-                pass
-            if self.server is not None and self.server.poll() is None:
-                self.server.terminate()
-
-    return ForkExecutor
+    """Flower's SubprocessExecutor whose ClientApp tasks fork from the warm server (a dependency
+    install per run, ``--allow-runtime-dependency-installation``, needs a fresh interpreter, so
+    those tasks and any other task type start as Flower starts them): :mod:`flower_io.compat`."""
+    return compat.fork_executor_class(_tasks_for, _hand_off, _close)
 
 
 def superexec_main() -> None:
-    """``flower-superexec`` whose subprocess executor is a :class:`ForkExecutor`."""
-    from flwr.supercore.constant import ExecutorType
-    from flwr.supercore.superexec import run_superexec as rs
-    stock = rs.get_executor
-    fork = fork_executor_class()
-
-    def get_executor(executor_type, *args: Any, **kwargs: Any):
-        if executor_type == ExecutorType.SUBPROCESS:
-            return fork()
-        return stock(executor_type, *args, **kwargs)
-
-    rs.get_executor = get_executor
-    from flwr.supercore.cli.flower_superexec import flower_superexec
-    sys.argv = ["flower-superexec", *sys.argv[2:]]
-    flower_superexec()
+    """``flower-superexec`` whose subprocess executor is the fork executor."""
+    compat.superexec_main(fork_executor_class(), sys.argv[2:])
 
 
 def start_server() -> subprocess.Popen:
@@ -249,8 +223,7 @@ def install() -> None:
     2-core machine) run while the SuperNode starts and connects, not when the first message is
     already waiting; it lives as long as this process (its task pipe closes with it)."""
     server = start_server()
-    from flwr.supernode import start_client_internal as sci
-    sci.subprocess = SuperExecCommand(server)
+    compat.replace_superexec_command(SuperExecCommand(server))
 
 
 if __name__ == "__main__":

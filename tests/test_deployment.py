@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flower_io import compat
 from launcher.cli import _path_with_interpreter, flower_bin
 from tests.test_e2e import SMALL
 
@@ -28,10 +29,26 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def doc_blocks(path: Path = ROOT / "docs" / "deployment.md") -> dict[str, str]:
-    """The ```bash blocks of the deployment page marked ``<!-- deploy:NAME -->``."""
+def doc_blocks(path: Path = ROOT / "docs" / "deployment.md", line: str | None = None) -> dict[str, str]:
+    """The ```bash blocks of the deployment page marked ``<!-- deploy:NAME -->``, for the Flower
+    ``line`` (default: the installed one): a block marked ``NAME@LINE`` replaces ``NAME`` there."""
+    line = line or compat.major_minor(compat.flower_version())
     text = path.read_text()
-    return {m.group(1): m.group(2) for m in re.finditer(r"<!-- deploy:([\w-]+) -->\s*```bash\n(.*?)```", text, re.S)}
+    found = {m.group(1): m.group(2) for m in re.finditer(r"<!-- deploy:([\w.@-]+) -->\s*```bash\n(.*?)```", text, re.S)}
+    blocks = {k: v for k, v in found.items() if "@" not in k}
+    blocks.update({k.split("@")[0]: v for k, v in found.items() if k.endswith(f"@{line}")})
+    return blocks
+
+
+def test_deployment_page_has_the_commands_of_each_line():
+    """The default line's blocks use the shared HTTP port; 1.39's the gRPC Fleet port."""
+    for line in compat.LINES:
+        b = doc_blocks(line=line)
+        assert {"certs", "superlink", "register", "shard-node", "edge-node", "submit"} <= set(b)
+        grpc = compat.LINES[line].fleet == "grpc"
+        assert ("--fleet-api-address 0.0.0.0:9092" in b["superlink"]) == grpc, line
+        for node in ("shard-node", "edge-node"):
+            assert f'--superlink "$LINK:{9092 if grpc else 8000}"' in b[node], (line, node)
 
 
 def _env(**extra) -> dict[str, str]:
@@ -170,13 +187,15 @@ def test_tls_superlink_refuses_an_unregistered_node_and_runs_with_a_registered_o
 
 def _tls_superlink(tmp_path: Path, certs: Path, env: dict, procs: list) -> tuple[int, int]:
     """A SuperLink with TLS and SuperNode authentication on loopback (appended to ``procs``), and a
-    ``flwr`` config in ``FLWR_HOME`` naming it "c"; returns its (control, fleet) ports."""
-    control, fleet = _free_port(), _free_port()
+    ``flwr`` config in ``FLWR_HOME`` naming it "c"; returns its (control, fleet) ports: the port
+    SuperNodes connect to is the gRPC Fleet port on Flower 1.39, the control port itself on 1.42."""
+    control, fleet_port = _free_port(), _free_port()
+    fleet = int(compat.fleet_address("127.0.0.1", control, fleet_port).rsplit(":", 1)[1])   # this line's Fleet API
     link = subprocess.Popen(
         [flower_bin("flower-superlink"), "--ssl-ca-certfile", f"{certs}/ca.crt", "--ssl-certfile", f"{certs}/server.pem",
          "--ssl-keyfile", f"{certs}/server.key", "--enable-supernode-auth",
          "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(control),
-         "--fleet-api-address", f"127.0.0.1:{fleet}"],
+         *compat.superlink_fleet_args("127.0.0.1", fleet_port)],
         env=env, cwd=tmp_path, start_new_session=True, stdout=open(tmp_path / "link.log", "w"),
         stderr=subprocess.STDOUT)
     procs.append(link)

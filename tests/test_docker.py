@@ -30,9 +30,17 @@ from pathlib import Path
 
 import pytest
 
+from flower_io import compat
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE = os.environ.get("COROLLA_TEST_IMAGE", "corolla:latest")
+# the image is built for the Flower line of the venv that runs these tests (flower_io/compat.py):
+# corolla:latest on the default line, corolla:flwr<line> on the other; COROLLA_TEST_IMAGE names it
+# instead ("{line}" in it becomes the line, e.g. COROLLA_TEST_IMAGE=mine:flwr{line})
+LINE = compat.line()
+IMAGE = (os.environ.get("COROLLA_TEST_IMAGE") or (
+    "corolla:latest" if LINE is None or LINE.name == compat.DEFAULT_LINE else "corolla:flwr{line}")).replace(
+    "{line}", LINE.name if LINE else compat.DEFAULT_LINE)
 SET = "fraction-train=0.1 local-epochs=1"   # small rounds: the drills test the plumbing
 
 
@@ -61,6 +69,7 @@ def image(dk):
     """The image of this tree (cached layers make a rebuild quick); its build time is printed."""
     t0 = time.monotonic()
     r = subprocess.run(["bash", "docker/build-offline.sh", IMAGE], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, COROLLA_FLWR_LINE=LINE.name if LINE else compat.DEFAULT_LINE),
                        timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(f"image {IMAGE}: {r.stdout.strip().splitlines()[-1]} ({time.monotonic() - t0:.0f} s)")
@@ -200,6 +209,17 @@ def _summary(runs: Path, name: str) -> dict:
     return json.loads((runs / name / "summary.json").read_text())
 
 
+def test_image_has_this_lines_flower_and_the_certifi_floor(dk, image):
+    """The image carries the Flower of the line it was built for and certifi at or above the floor
+    Flower 1.42 requires after the CA incident (both lines)."""
+    out = dk.containers.run(image, ["python3", "-c", "from importlib.metadata import version as v; "
+                                    "print(v('flwr'), v('certifi'))"], remove=True).decode().split()
+    from packaging.version import Version
+    assert compat.major_minor(out[0]) == (LINE.name if LINE else compat.DEFAULT_LINE), out
+    assert out[0] == compat.flower_version(), out
+    assert Version(out[1]) >= Version(compat.CERTIFI_FLOOR), out
+
+
 def test_supernode_containers_give_the_in_process_metrics_as_non_root(deploy, data_dir, tmp_path):
     d = deploy()
     link = d.superlink()
@@ -273,7 +293,8 @@ def test_tls_each_container_holds_only_its_own_key_and_a_stranger_is_refused(dep
     subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-C", "stranger", "-f",
                     str(stranger_key)], check=True)
     stranger = d.run("stranger", ["flower-supernode", "--root-certificates", "/certs/ca.crt",
-                                  "--auth-supernode-private-key", "/stranger/stranger", "--superlink", "superlink:9092",
+                                  "--auth-supernode-private-key", "/stranger/stranger", "--superlink",
+                                  compat.fleet_address("superlink", 8000, 9092),
                                   "--node-config", 'clients="auto"'], vols=[(str(tmp_path), "/stranger", "ro")])
     rc = _wait_exit(stranger, d, timeout=180)
     log = stranger.logs().decode(errors="replace")

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import _path_with_interpreter, flower_bin, live_in_groups
+from flower_io import compat
+from launcher import procs
+from launcher.cli import _path_with_interpreter, flower_bin
 from server_app.app import run_federation
 from tests.inproc import InProcessTransport, partitions
 
@@ -56,6 +58,51 @@ def wait_for(path: Path, text: str, proc, timeout=240):
     raise AssertionError(f"'{text}' not in {path} after {timeout} s")
 
 
+class RunWatch:
+    """Every process of one ``corolla run`` found by what it is, sampled while it runs: its
+    session (the test starts it in a session of its own), its ``FLWR_HOME`` (``OUT/flwr``, in the
+    environment of everything Flower and Corolla start) and its parent chain; then
+    :meth:`leftovers`: the ones still running once the command has exited."""
+
+    def __init__(self, proc, out: Path):
+        import threading
+        self.proc, self.home = proc, str(out / "flwr")
+        self.seen: dict[int, procs.Proc] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        table = procs.processes()
+        found = {q.pid: q for q in procs.run_processes(self.home, [self.proc.pid])}
+        found.update({q.pid: q for q in table.values() if q.sid == self.proc.pid and q.alive})
+        found.pop(self.proc.pid, None)
+        for pid, q in found.items():
+            self.seen.setdefault(pid, q)
+
+    def _watch(self) -> None:
+        while not self.done.is_set() and self.proc.poll() is None:
+            self._sample()
+            self.done.wait(0.3)
+
+    def leftovers(self) -> list[procs.Proc]:
+        assert self.proc.poll() is not None, "the command is still running"
+        self.done.set()
+        self.thread.join()
+        table = procs.processes()
+        left = [table[pid] for pid, q in self.seen.items()
+                if pid in table and table[pid].start == q.start and table[pid].alive]
+        left += [q for q in table.values() if q.alive and q.pid not in self.seen
+                 and (q.env_home == self.home or q.sid == self.proc.pid)]
+        return left
+
+    def kinds(self) -> set[str]:
+        """What was seen, by program: flower-superlink, flwr-serverapp, launcher.warm, ..."""
+        names = ("flower-superlink", "flower-superexec", "flwr-serverapp", "flwr run", "launcher.supernode",
+                 "launcher.warm serve", "launcher.warm superexec", "flwr-simulation")
+        return {n for q in self.seen.values() for n in names if n in q.cmd}
+
+
 def inproc(tmp_path, data_dir, nodes, extra=""):
     t = InProcessTransport(partitions(nodes, {"data-dir": data_dir}))
     return run_federation(t, {"preset": "fedavg-mf-ml100k", "set": " ".join(SMALL) + " " + extra,
@@ -65,6 +112,7 @@ def inproc(tmp_path, data_dir, nodes, extra=""):
 def test_real_superlink_run_matches_twenty_node_run_and_excludes_bad_payloads(tmp_path, data_dir):
     out = tmp_path / "run"
     p = corolla(["--nodes", "2"] + sets(), out, data_dir)
+    watch = RunWatch(p, out)
     log, _ = p.communicate(timeout=600)
     assert p.returncode == 0, log
     assert re.search(r"round +3/\d+ .*\| valid \S+=[0-9.]+ test", log)  # live progress on the terminal
@@ -81,9 +129,9 @@ def test_real_superlink_run_matches_twenty_node_run_and_excludes_bad_payloads(tm
     assert [r["phases"][0]["bytes_up"] for r in rounds] == [20 * item_table] * 3
     assert [r["phases"][0]["bytes_down"] for r in rounds] == [2 * item_table] * 3
     assert (out / "learning_curve.png").is_file()
-    # no process left behind
-    pids = json.loads((out / "logs" / "pids.json").read_text())
-    assert not live_in_groups([pids["superlink"], *pids["supernodes"]])
+    # no process left behind: SuperLink, SuperExecs, ServerApp, SuperNodes, fork servers, ClientApps
+    assert not watch.leftovers()
+    assert {"flower-superlink", "flwr-serverapp", "launcher.supernode", "launcher.warm serve"} <= watch.kinds()
 
 
 def test_nan_and_wrong_shape_payloads_are_excluded(tmp_path, data_dir):
@@ -117,8 +165,13 @@ def test_node_killed_mid_round_costs_only_its_contribution(tmp_path, data_dir):
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir, how):
+    """Ctrl-C or ``kill`` (SIGTERM, as ``docker stop`` sends) of ``corolla run`` and a ``--resume``:
+    the same final metrics as an uninterrupted run, and after each command no process of it is
+    left: found by session, ``FLWR_HOME`` and parent chain, not by the groups the launcher made
+    (a ServerApp once outlived such a kill by 20 minutes, reparented to init)."""
     out = tmp_path / "resume"
     p = corolla(["--nodes", "2"] + sets(["num-rounds=4"]), out, data_dir)
+    watch = RunWatch(p, out)
     wait_for(out / "rounds.log", "round   2/4", p)   # round 2 recorded (with round 3's message)
     if how == "ctrl-c":
         os.killpg(p.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
@@ -126,17 +179,16 @@ def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir, how):
         os.kill(p.pid, signal.SIGTERM)   # kill / docker stop: the CLI alone
     p.communicate(timeout=120)
     assert p.returncode != 0
-    first = json.loads((out / "logs" / "pids.json").read_text())
-    assert not live_in_groups([first["superlink"], *first["supernodes"]])
+    assert not watch.leftovers()
+    assert {"flower-superlink", "flwr-serverapp", "launcher.supernode"} <= watch.kinds()
     done = len((out / "rounds.jsonl").read_text().splitlines())
     assert 2 <= done < 4
     q = corolla(["--resume", str(out), "--nodes", "2"], out, data_dir)
+    again = RunWatch(q, out)
     # --resume ignores --preset/--set and reuses the run's config
     log, _ = q.communicate(timeout=600)
     assert q.returncode == 0, log
-    # nothing of the interrupted run survives (the ServerApp runs in the SuperLink's group)
-    pids = json.loads((out / "logs" / "pids.json").read_text())
-    assert not live_in_groups([pids["superlink"], *pids["supernodes"]])
+    assert not again.leftovers()
     s = json.loads((out / "summary.json").read_text())
     ref = inproc(tmp_path, data_dir, 2, "num-rounds=4")
     assert s["rounds_completed"] == 4
@@ -213,27 +265,29 @@ def _free_port():
 
 
 def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
-    """``corolla run --superlink HOST:PORT`` against a SuperLink and two ``clients="auto"``
-    SuperNodes started apart (as compose does): the run completes with the numbers of the
+    """``corolla run --superlink HOST:PORT`` against a SuperLink and two stock ``flower-supernode``
+    with ``clients="auto"`` started apart (as compose does), with this venv's Flower line's Fleet
+    flags (CI runs it on both lines): the run completes with the numbers of the
     in-process run, exit 0; a run that fails on the nodes exits non-zero (``flwr run`` would
     exit 0)."""
     from launcher.cli import wait_port
 
     env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT), FLWR_HOME=str(tmp_path / "home"),
                FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05", PATH=_path_with_interpreter(os.environ.get("PATH", "")))
-    control, fleet = _free_port(), _free_port()
+    control, fleet_port = _free_port(), _free_port()
+    fleet = compat.fleet_address("127.0.0.1", control, fleet_port)   # this Flower line's Fleet API
     procs = []
     try:
         link = subprocess.Popen([flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-                                 "--host", "127.0.0.1", "--port", str(control), "--fleet-api-address",
-                                 f"127.0.0.1:{fleet}"], env=env, cwd=tmp_path, start_new_session=True,
-                                stdout=open(tmp_path / "link.log", "w"), stderr=subprocess.STDOUT)
+                                 "--host", "127.0.0.1", "--port", str(control),
+                                 *compat.superlink_fleet_args("127.0.0.1", fleet_port)], env=env, cwd=tmp_path,
+                                start_new_session=True, stdout=open(tmp_path / "link.log", "w"), stderr=subprocess.STDOUT)
         procs.append(link)
         wait_port(control, link)
-        wait_port(fleet, link)
+        wait_port(int(fleet.rsplit(":", 1)[1]), link)
         for i in range(2):
             nc = f'clients="auto" data-dir="{data_dir}" state-dir="{tmp_path / "state"}"'
-            procs.append(subprocess.Popen([flower_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{fleet}",
+            procs.append(subprocess.Popen([flower_bin("flower-supernode"), "--insecure", "--superlink", fleet,
                                            "--host", "127.0.0.1", "--port", str(_free_port()), "--node-config", nc],
                                           env=env, cwd=tmp_path, start_new_session=True,
                                           stdout=open(tmp_path / f"node{i}.log", "w"), stderr=subprocess.STDOUT))

@@ -1,7 +1,6 @@
-"""The first wait of Flower's object pulls, made settable (flower_io/pulls.py)."""
+"""The first wait of Flower's object pulls, made settable (flower_io/pulls.py). The pins of
+Flower's pull functions per line, and the stock behaviour on another Flower: tests/test_compat.py."""
 from __future__ import annotations
-
-import inspect
 
 import pytest
 
@@ -11,27 +10,12 @@ from flower_io import pulls
 @pytest.fixture
 def kwdefaults():
     from flwr.supercore.inflatable import inflatable_utils as iu
-    saved = dict(iu.pull_objects.__kwdefaults__)
+    funcs = (iu.pull_objects, iu.pull_and_inflate_object_from_tree)
+    saved = [dict(f.__kwdefaults__) for f in funcs]
     yield iu.pull_objects.__kwdefaults__
-    iu.pull_objects.__kwdefaults__.clear()
-    iu.pull_objects.__kwdefaults__.update(saved)
-
-
-def test_the_defaults_read_are_flowers_and_every_caller_uses_them():
-    """The change rests on Flower 1.39's code: pull_objects' keyword defaults are the 1 s / 10 s
-    constants, and the callers (ServerApp grid, SuperNode, ClientApp) pass no backoff of their own."""
-    from flwr.supercore import constant
-    from flwr.supercore.inflatable import inflatable_utils as iu
-    assert (constant.PULL_INITIAL_BACKOFF, constant.PULL_BACKOFF_CAP) == (pulls.STOCK_INITIAL_S, pulls.STOCK_CAP_S)
-    sig = inspect.signature(iu.pull_objects)
-    assert sig.parameters["initial_backoff"].kind is inspect.Parameter.KEYWORD_ONLY
-    import flwr
-    from pathlib import Path
-    root = Path(flwr.__file__).parent
-    callers = [p for p in root.rglob("*.py") if "pull_objects(" in p.read_text() and p.name != "inflatable_utils.py"]
-    assert callers
-    for p in callers:
-        assert "initial_backoff" not in p.read_text(), p
+    for f, kw in zip(funcs, saved):
+        f.__kwdefaults__.clear()
+        f.__kwdefaults__.update(kw)
 
 
 def test_set_pull_backoff_changes_only_the_two_defaults(kwdefaults):
@@ -62,12 +46,13 @@ def test_pulls_retry_after_the_set_backoff(kwdefaults):
     assert len(calls) == 3 and time.monotonic() - t0 < 0.5   # 0.02 + 0.04 s, with jitter
 
 
-def test_other_flower_version_leaves_flower_alone(kwdefaults, monkeypatch):
-    import flwr
-    monkeypatch.setattr(flwr, "__version__", "1.40.0", raising=False)
-    with pytest.warns(UserWarning, match="1.40.0 is not 1.39.0"):
-        assert not pulls.set_pull_backoff(0.02)
-    assert kwdefaults["initial_backoff"] == pulls.STOCK_INITIAL_S
+def test_set_values_are_checked_before_flower_is_touched(kwdefaults):
+    stock = dict(kwdefaults)
+    with pytest.raises(ValueError, match="the pull backoff expects seconds between"):
+        pulls.set_pull_backoff(0)
+    with pytest.raises(ValueError, match="the pull backoff cap expects seconds"):
+        pulls.set_pull_backoff(0.02, "later")
+    assert kwdefaults == stock
 
 
 def test_bad_values_name_their_source(monkeypatch):

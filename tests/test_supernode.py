@@ -1,12 +1,11 @@
 """``corolla supernode``: Flower's SuperNode with its two fixed waits made settable (launcher/supernode.py).
+Flower's internals it relies on are pinned per line in tests/test_compat.py.
 
 The end-to-end side is covered elsewhere: ``corolla run --mode local`` starts these SuperNodes
 (tests/test_e2e.py), and stock ``flower-supernode`` keeps working against the same app
 (``test_submit_to_a_running_superlink_with_auto_nodes``, tests/test_deployment.py)."""
 from __future__ import annotations
 
-import inspect
-import re
 import time
 
 import pytest
@@ -14,39 +13,13 @@ import pytest
 from launcher import supernode
 
 
-def test_the_waits_read_are_still_in_flowers_supernode_loop():
-    """The substitution rests on Flower 1.39's exact code: ``time.sleep(3)`` after an empty pull and
-    ``time.sleep(0.5)`` twice while waiting for a reply, and no other sleep in that module."""
-    from flwr.supernode import start_client_internal as sci
-    src = inspect.getsource(sci)
-    assert re.findall(r"time\.sleep\(([^)]*)\)", src) == ["3", "0.5", "0.5"]
-    assert "run_id is None" in inspect.getsource(sci.start_client_internal)
-
-
-def test_waits_map_only_flowers_two_constants():
-    w = supernode.Waits(0.05, 0.01)
-    assert w.map(3) == 0.05 and w.map(3.0) == 0.05
-    assert w.map(0.5) == 0.01
-    assert w.map(0.1) == 0.1 and w.map(2) == 2
-    assert w.monotonic is time.monotonic and w.time is time.time   # the rest is the time module
-
-
-def test_install_waits_patches_only_that_module_and_restores(monkeypatch):
-    from flwr.supernode import start_client_internal as sci
-    monkeypatch.setattr(sci, "time", time)
-    assert supernode.install_waits(0.05, 0.02)
-    assert isinstance(sci.time, supernode.Waits) and (sci.time.idle, sci.time.reply) == (0.05, 0.02)
-    assert time.sleep is not sci.time.sleep   # the global time module is untouched
-
-
-def test_other_flower_version_runs_stock_with_a_warning(monkeypatch):
-    import flwr
-    from flwr.supernode import start_client_internal as sci
-    monkeypatch.setattr(sci, "time", time)
-    monkeypatch.setattr(flwr, "__version__", "1.40.0", raising=False)
-    with pytest.warns(UserWarning, match="1.40.0 is not 1.39.0.*stock SuperNode"):
-        assert not supernode.install_waits(0.05, 0.05)
-    assert sci.time is time
+def test_install_waits_goes_through_the_compat_layer(monkeypatch):
+    """The per-line pins of Flower's waits are tests/test_compat.py; here: the wrapper hands its
+    flags to the compat layer unchanged."""
+    from flower_io import compat
+    seen = []
+    monkeypatch.setattr(compat, "install_waits", lambda idle, reply: seen.append((idle, reply)) or True)
+    assert supernode.install_waits(0.05, 0.02) and seen == [(0.05, 0.02)]
 
 
 def test_flags_are_split_from_flowers():
@@ -68,22 +41,6 @@ def test_help_names_both_flags(capsys):
 
 
 # ------------------------------------------------------------------ warm ClientApp processes (launcher/warm.py)
-def test_forked_clientapp_gets_exactly_the_arguments_flowers_executor_gives(monkeypatch):
-    from flwr.supercore.constant import TaskType
-    from flwr.supercore.superexec.executor import subprocess_executor as se
-    from flwr.supercore.superexec.executor.types import ExecutionSpec
-
-    from launcher import warm
-    seen = []
-    monkeypatch.setattr(se.subprocess, "Popen", lambda args, **kw: seen.append(args))
-    for insecure, certs, pid in ((True, None, 7), (False, "/c/ca.crt", None)):
-        spec = ExecutionSpec(task_type=TaskType.CLIENT_APP, runtime_api_address="127.0.0.1:9094", token="tok",
-                             insecure=insecure, root_certificates_path=certs, runtime_dependency_install=False,
-                             parent_pid=pid, suppress_output=False, task_id=1)
-        se.SubprocessExecutor().launch(spec)
-        assert seen[-1] == ["flwr-clientapp", *warm.clientapp_argv(spec)]
-
-
 def test_fork_server_runs_each_task_in_its_own_child_and_ends_with_its_input(tmp_path):
     """A task line becomes one forked child of the server running the entry with that argv; the
     child's exit code does not stop the server; closing stdin ends it."""
