@@ -120,3 +120,30 @@ def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = 1, max_iter: int = 30
         if best is None or (inertia < best_inertia and not _same_clustering(labels, best, k)):
             best, best_inertia = labels, inertia
     return best.astype(np.int64)
+
+
+def per_cluster_sample(available: list[int], labels: dict[int, int] | np.ndarray, m: int,
+                       g: np.random.Generator) -> list[int]:
+    """``m`` of ``available`` drawn cluster by cluster: ⌈m/p⌉ uniformly without replacement from
+    each of the p clusters present (all of a smaller one), then trimmed or topped up uniformly to
+    ``m``; sorted. FedFast's ActvSAMP (Muhammad et al., KDD'20: "m/p users uniformly from each
+    cluster", docs/methods/fedfast.md) and PerFedRec's paper reading ("a few representative users
+    from each cluster", docs/methods/perfedrec.md)."""
+    avail = sorted(int(c) for c in available)
+    if m >= len(avail):
+        return avail
+    groups: dict[int, list[int]] = {}
+    for c in avail:
+        groups.setdefault(int(labels[c]), []).append(c)
+    per = -(-m // len(groups))
+    chosen: list[int] = []
+    for k in sorted(groups):
+        mem = groups[k]
+        take = min(per, len(mem))
+        chosen += [mem[i] for i in g.choice(len(mem), size=take, replace=False)]
+    if len(chosen) > m:
+        chosen = [chosen[i] for i in sorted(g.choice(len(chosen), size=m, replace=False))]
+    elif len(chosen) < m:
+        rest = sorted(set(avail) - set(chosen))
+        chosen += [rest[i] for i in g.choice(len(rest), size=m - len(chosen), replace=False)]
+    return sorted(chosen)
