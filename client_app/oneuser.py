@@ -146,3 +146,20 @@ def rows_scorer(trained: list[dict[str, np.ndarray]], base: np.ndarray, device, 
         return make_scorer(params)(torch.arange(len(jj), device=device), local)
 
     return score
+
+
+def candidate_logits(user, emb, tower=None):
+    """Logits of ``a`` clients on ``L`` candidates each whose item rows are gathered already:
+    ``user`` a × 1 × d, ``emb`` a × L × d, ``tower`` the NCF tower's tensors per client (a × ...;
+    a shared tower ``expand``-ed, not copied). For clients scored against tables the server sends
+    once per node (FedFast's global table, PerFedRec's global and cluster tables): no client holds
+    a copy of a table."""
+    import torch
+
+    from corolla.models.stacked import mlp_layer_names, stacked_logits
+
+    a, n, _ = emb.shape
+    p = {"user.weight": user, "item.weight": emb, **(tower or {})}
+    local = torch.arange(n, device=emb.device).expand(a, n)
+    return stacked_logits(p, local, mlp_layer_names(p))
+

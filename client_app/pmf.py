@@ -60,6 +60,20 @@ class OneUserClient(OneUserBase):
     start_from = "own"
     uploads = True
 
+    # ------------------------------------------------------------------ hooks of the baselines
+    def reply_evaluates(self, rnd: int) -> bool:
+        """Whether the reply to round ``rnd``'s ``train`` carries this client's metrics with its
+        post-training parameters (the harness rule on evaluated rounds). A method whose clients are
+        evaluated with what the server computes after aggregating (PerFedRec's score ensemble,
+        FedFast's global model) returns False and is asked by an evaluation download instead."""
+        return evaluated(self.cfg, rnd)
+
+    @classmethod
+    def train_options(cls, clients, rnd, starts, personals) -> dict:
+        """Extra arguments of :func:`corolla.models.stacked.train_users` for a batch of ``clients``
+        (pFedGraph: ``compact=False`` and its similarity term as ``penalty_for``); default none."""
+        return {}
+
     # ------------------------------------------------------------------ state
     def init_state(self) -> dict[str, np.ndarray]:
         cfg = self.cfg
@@ -95,8 +109,9 @@ class OneUserClient(OneUserBase):
         samples, perms = round_samples(clients, rnd)
         trained, losses = train_users(starts, samples, perms, partial(
             train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=prm.lr_mlp,
-            wd_mlp=prm.mlp_weight_decay, early_break=prm.early_break), dev, dense=not sparse)
-        if not evaluated(cfg, rnd):
+            wd_mlp=prm.mlp_weight_decay, early_break=prm.early_break), dev, dense=not sparse,
+            **type(clients[0]).train_options(clients, rnd, starts, personals))
+        if not clients[0].reply_evaluates(rnd):
             evals = [{}] * len(clients)
         elif sparse:
             evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, stacked_scorer))

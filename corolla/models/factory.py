@@ -58,3 +58,12 @@ def shared_init(cfg: dict[str, Any], n_items: int) -> dict[str, np.ndarray]:
 
 def user_init(model: RecModel, cfg: dict[str, Any], cid: int) -> None:
     init_params(model, cfg["init-std"], stable_seed(cfg["seed"], "user-init", cid), ["user.weight"])
+
+
+def one_user_init(cfg: dict[str, Any], cid: int) -> np.ndarray:
+    """The 1 × d user vector a one-user client starts with (``client_app.pmf.OneUserClient``:
+    seeded per client, or one shared vector with ``user-init = shared``): what a server that
+    clusters user vectors (PerFedRec, FedFast) holds for a client it has not heard from yet."""
+    key = "shared" if cfg.get("user-init") == "shared" else cid
+    g = torch.Generator().manual_seed(stable_seed(cfg["seed"], "user-init", key))
+    return (torch.randn((1, int(cfg["dim"])), generator=g) * cfg["init-std"]).numpy().astype(np.float32)

@@ -88,11 +88,15 @@ def epoch_batches(samples: list[dict[str, np.ndarray]], perms: list[list[np.ndar
 
 def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.ndarray]],
                   perms: list[list[np.ndarray]], batch_size: int, lr_emb: float, lr_mlp: float,
-                  wd_mlp: float, early_break: float) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+                  wd_mlp: float, early_break: float, penalty=None) -> tuple[dict[str, torch.Tensor], np.ndarray]:
     """Train B one-user models in place of their stacked ``params``.
 
     ``samples[b]``: ``item`` (int) and ``label`` (float) of client b's training rows;
-    ``perms[b][e]``: its row order in epoch e. Returns (params, final cumulative loss per client).
+    ``perms[b][e]``: its row order in epoch e. ``penalty(leaf, idx)``, if given, is a term added to
+    each mini-batch's loss of the clients at positions ``idx`` (``leaf``: their parameters at that
+    step, a × ...; returns a tensor of a values): a method's change of the local objective
+    (pFedGraph's similarity term). It is back-propagated with the loss but not counted in the
+    reported loss or the early break. Returns (params, final cumulative loss per client).
     """
     names = list(params)
     mlp = mlp_layer_names(names)
@@ -115,7 +119,7 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
             prob = torch.sigmoid(stacked_logits(leaf, it, mlp))
             per = F.binary_cross_entropy(prob, lab, reduction="none")
             loss = (per * mask).sum(1) / cnt
-            loss.sum().backward()
+            (loss if penalty is None else loss + penalty(leaf, idx)).sum().backward()
             steps[idx] += 1
             t = steps[idx]
             bc1 = (1 - b1 ** t)
@@ -147,8 +151,8 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
 
 
 def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.ndarray]],
-                perms: list[list[np.ndarray]], trainer, device, chunk: int = 64, dense: bool = True
-                ) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+                perms: list[list[np.ndarray]], trainer, device, chunk: int = 64, dense: bool = True,
+                compact: bool = True, penalty_for=None) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
     """``trainer(params, samples, perms)`` (:func:`train_stacked` or :func:`train_pfedrec_stacked`
     with their hyper-parameters bound) over the clients' states (numpy), compacted and in chunks.
 
@@ -159,9 +163,18 @@ def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.
     Returns the new states (same keys) and the final cumulative loss per client. With
     ``dense=False`` a new state's ``item.weight`` holds only the trained rows, their ids in
     ``item.ids`` (sorted): every other row equals the start table (``item-upload = rows``).
+
+    ``compact=False`` trains every row of every client's table: what a loss term with a gradient on
+    rows the samples do not touch needs (pFedGraph's). ``penalty_for(part)``, if given, returns the
+    ``penalty`` of the trainer (:func:`train_stacked`) for the clients ``part`` (their indices in
+    ``states``, in the order they are stacked).
     """
     names = list(states[0])
-    uni = [np.unique(s["item"]) for s in samples]
+    if compact:
+        uni = [np.unique(s["item"]) for s in samples]
+    else:
+        everything = np.arange(states[0]["item.weight"].shape[0])
+        uni = [everything] * len(samples)
     order = sorted(range(len(states)), key=lambda b: (len(uni[b]), len(samples[b]["item"])))
     new: list[dict[str, np.ndarray] | None] = [None] * len(states)
     losses = np.zeros(len(states))
@@ -177,7 +190,10 @@ def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.
             sub_states.append(st)
             sub_samples.append({"item": np.searchsorted(uni[b], samples[b]["item"]), "label": samples[b]["label"]})
         params = stack(sub_states, names, device)
-        params, loss = trainer(params, sub_samples, [perms[b] for b in part])
+        if penalty_for is None:
+            params, loss = trainer(params, sub_samples, [perms[b] for b in part])
+        else:
+            params, loss = trainer(params, sub_samples, [perms[b] for b in part], penalty=penalty_for(part))
         for b, st, lb in zip(part, unstack(params), loss):
             if dense:
                 table = np.array(states[b]["item.weight"], np.float32, copy=True)
