@@ -40,7 +40,7 @@ CORE: dict[str, Key] = {
     # --- what runs
     "method": Key("fedavg", "federated method (the method table, corolla/methods/: 'corolla methods' lists them)"),
     "harness": Key("silo", "client training harness: 'silo' (a logical client holds one or more users and one model; FedCIA/FedMF), 'one-user' (FedCA/PFedRec/UFGraphFR/GPFedRec: one user per client, its own full item table, evaluated with its own post-training parameters; hosted users train batched) or 'expanded' (Dist-FedAvg and its baselines: one user per client with a LightGCN over its expanded local graph, pulling and pushing rows of global user and item tables)", ("silo", "one-user", "expanded")),
-    "model": Key("mf", "model of every logical client ('pfedrec': item table + a personal Linear(d,1) score function, no user embedding; 'ufgraphfr' / 'gpfedrec': those papers' client networks, corolla/models/ufgraphfr.py)", ("mf", "ncf", "lightgcn", "gfcf", "pfedrec", "ufgraphfr", "gpfedrec", "lgcn")),
+    "model": Key("mf", "model of every logical client ('pfedrec': item table + a personal Linear(d,1) score function, no user embedding; 'ufgraphfr' / 'gpfedrec': those papers' client networks, corolla/models/ufgraphfr.py; 'sgl': LightGCN with SGL's graph views and InfoNCE, corolla/models/sgl.py)", ("mf", "ncf", "lightgcn", "gfcf", "pfedrec", "ufgraphfr", "gpfedrec", "lgcn", "sgl")),
     "client-models": Key("", "heterogeneous clients: '|'-separated 'model:dim' (e.g. 'mf:512|mf:256|mf:128'); logical clients are split into that many contiguous groups (FedCIA Fig. 5); empty = all use model/dim"),
     "num-rounds": Key(20, "number of federated rounds"),
     "seed": Key(42, "seed of every random choice (data, init, sampling)"),
