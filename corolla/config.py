@@ -49,7 +49,7 @@ CORE: dict[str, Key] = {
     "clients-per-message": Key(0, "at most this many logical clients in one message to a node (0 = all it hosts); bounds message size and server memory"),
     "phase-timeout": Key(300.0, "seconds to wait for the replies of one phase; missing replies are dropped"),
     # --- data
-    "dataset": Key("ml-100k", "dataset name", ("ml-100k", "ml-1m", "lastfm-2k", "filmtrust", "gowalla", "amazon-video")),
+    "dataset": Key("ml-100k", "dataset name", ("ml-100k", "ml-1m", "lastfm-2k", "lastfm-2k-tagged", "filmtrust", "gowalla", "amazon-video")),
     "rating-threshold": Key(0.0, "keep interactions with rating >= threshold (0 keeps all)"),
     "min-user-interactions": Key(0, "drop users with fewer interactions (after the threshold)"),
     "max-users": Key(0, "keep only the first N users after the filters (raw-id order; their items re-indexed), 0 = all: scale measurements on a growing part of one dataset"),

@@ -117,7 +117,12 @@ def prompts_for(cfg: dict, users: np.ndarray, raw_user_ids: np.ndarray, train_co
     if cfg["dataset"] == "ml-1m":
         prof = loaders.load_ml1m_users(data_dir)
         return ml_prompts(raw, prof.columns, prof.ids, bugs)
-    # the tag datasets: the user's number of interactions (P:381)
+    if cfg["dataset"] == "lastfm-2k-tagged":
+        # UFGraphFR's user file of Lastfm-2K (uid, tag = the user's total number of interactions, P:381)
+        prof = loaders.load_lastfm_tagged_users(data_dir, int(cfg["min-user-interactions"]))
+        row = {int(u): r for r, u in enumerate(prof.ids.tolist())}
+        return tag_prompts(raw, prof.columns["tag"][[row[int(u)] for u in raw.tolist()]], bugs)
+    # other tag datasets: the user's number of interactions (P:381)
     return tag_prompts(raw, train_counts[users], bugs)
 
 

@@ -240,3 +240,35 @@ def test_attribute_files(data_dir):
     assert len(it.ids) == 1682 and it.genres.shape == (1682, 19) and it.title[0].startswith("Toy Story")
     m = load_ml1m_users(data_dir)
     assert len(m.ids) == 6040 and (m.columns["gender"] == "M").sum() == 4331
+
+
+def test_lastfm_tagged_is_ufgraphfrs_lastfm2k(data_dir):
+    """user_taggedartists.dat, users with >= 5 rows: UFGraphFR's Table 3 (185,650 / 1,600 / 12,454);
+    leave-one-out on the dates; the user file's tag is each user's total number of rows."""
+    from corolla.data.loaders import load_lastfm_tagged, load_lastfm_tagged_users
+
+    raw = load_lastfm_tagged(data_dir)
+    assert len(raw) == 186479 and raw.n_users == 1892 and raw.n_items == 12523
+    kept = S.filter_interactions(raw, 0.0, 5)
+    assert len(kept) == 185650 and kept.n_users == 1600 and kept.n_items == 12454
+    assert raw.ts[0] == 20090401   # user 2, artist 52: 1 April 2009
+    users = load_lastfm_tagged_users(data_dir)
+    assert len(users.ids) == 1600 and users.columns["tag"].sum() == 185650
+    assert users.columns["tag"].min() >= 5
+    fed = build_federation(resolve(None, {"dataset": "lastfm-2k-tagged", "min-user-interactions": 5, "split": "loo",
+                                          "partition": "user", "eval-neg-pool": "disjoint"}), data_dir, use_cache=False)
+    assert (fed.n_users, fed.n_items) == (1600, 12454)
+    assert fed.stats["valid"] == 1600 and fed.stats["test"] == 1600 and fed.stats["train"] == 185650 - 3200
+    # the test row is a user's latest date; among rows of that date the first in the file
+    u0 = kept.user == 0
+    last = kept.ts[u0].max()
+    assert fed.rows("test", 0).tolist() == [kept.item[u0][kept.ts[u0] == last][0]]
+
+
+def test_lastfm_tagged_missing_offline_names_the_file_and_url(tmp_path, monkeypatch):
+    monkeypatch.setenv("COROLLA_OFFLINE", "1")
+    monkeypatch.delenv("COROLLA_DATA", raising=False)
+    with pytest.raises(DatasetFileError) as e:
+        locate("hetrec2011-lastfm-2k/user_taggedartists.dat", tmp_path)
+    msg = str(e.value)
+    assert "user_taggedartists.dat" in msg and "hetrec2011-lastfm-2k.zip" in msg

@@ -102,6 +102,31 @@ def load_lastfm(data_dir=None) -> Interactions:
     return _densify(a[:, 0], a[:, 1], a[:, 2], np.zeros(len(a), np.int64))
 
 
+def load_lastfm_tagged(data_dir=None) -> Interactions:
+    """HetRec 2011 Last.fm ``user_taggedartists.dat`` as UFGraphFR (and PFedRec / GPFedRec) use
+    Lastfm-2K: one interaction per tag assignment (``userID artistID tagID day month year``), a user
+    who tagged an artist k times holding it k times, in file order. With users of at least 5 rows
+    (``min-user-interactions = 5``, UFGraphFR §5.1.1) this is exactly UFGraphFR's Table 3: 185,650
+    interactions, 1,600 users, 12,454 items. Time is the row's date (``yyyymmdd``): the authors ordered
+    by the millisecond timestamps of ``user_taggedartists-timestamps.dat``, which is not in the offline
+    data, so leave-one-out takes among a user's rows of the same (latest) date the first in the file."""
+    rows = _num_rows(locate("hetrec2011-lastfm-2k/user_taggedartists.dat", data_dir), "\t", skip=1, cols=6)
+    a = np.array([[int(x) for x in r[:6]] for r in rows], dtype=np.int64)
+    date = a[:, 5] * 10000 + a[:, 4] * 100 + a[:, 3]
+    return _densify(a[:, 0], a[:, 1], np.ones(len(a), np.float32), date)
+
+
+def load_lastfm_tagged_users(data_dir=None, min_user: int = 5) -> UserAttributes:
+    """UFGraphFR's Lastfm-2K user file (its ``data/lastfm-2k/user.dat``, ``uid,tag``), built from the
+    interactions: for every user with at least ``min_user`` rows, ``tag`` = the user's total number of
+    interactions ("the user id and the total number of user interaction items as user attributes",
+    UFGraphFR §5.1.1), in raw-id order."""
+    inter = load_lastfm_tagged(data_dir)
+    counts = np.bincount(inter.user, minlength=inter.n_users)
+    keep = counts >= min_user
+    return UserAttributes(np.asarray(inter.user_ids)[keep].astype(np.int64), {"tag": counts[keep].astype(np.int64)})
+
+
 def load_filmtrust(data_dir=None) -> Interactions:
     """FilmTrust has no timestamps; as the FedCA code (utils.py ``loadData``), the order of an
     item's first appearance in the file stands in for time (leave-one-out then holds out each
@@ -160,6 +185,7 @@ LOADERS = {
     "ml-100k-gpfedrec": load_ml100k_gpfedrec_csv,
     "ml-1m": load_ml1m,
     "lastfm-2k": load_lastfm,
+    "lastfm-2k-tagged": load_lastfm_tagged,
     "filmtrust": load_filmtrust,
     "amazon-video": load_amazon_video,
     # LightGCN's train and test pooled, all timestamps 0: leave-one-out then takes a user's first
@@ -186,6 +212,7 @@ INTERACTION_FILES = {
     "ml-100k-gpfedrec": ("ml-100k-gpfedrec/ratings.dat",),
     "ml-1m": ("ml-1m/ratings.dat",),
     "lastfm-2k": ("hetrec2011-lastfm-2k/user_artists.dat",),
+    "lastfm-2k-tagged": ("hetrec2011-lastfm-2k/user_taggedartists.dat",),
     "filmtrust": ("filmtrust/ratings.txt",),
     "amazon-video": ("amazon-video-pfedrec/ratings.dat",),
     "gowalla": ("lightgcn/gowalla/train.txt", "lightgcn/gowalla/test.txt"),

@@ -53,6 +53,8 @@ FILES: dict[str, FileSpec] = {f.name: f for f in [
     FileSpec("ml-1m/users.dat", "1dc3a95300cb19f7c10e027daf29b8cdf1d908dab65b5edfb45950aa389a10a3", url=ML1M_ZIP, member="ml-1m/users.dat"),
     FileSpec("ml-1m/movies.dat", "0140fc2356357c1a851d0f52e893a1e4d3696df632c4141cea8d5bc3d621f0b9", url=ML1M_ZIP, member="ml-1m/movies.dat"),
     FileSpec("hetrec2011-lastfm-2k/user_artists.dat", "254272fa721c3935e8be286d28c051b206844307128698ab4eaa41d483379416", url=LASTFM_ZIP, member="user_artists.dat"),
+    # one row per tag assignment (userID artistID tagID day month year): UFGraphFR's / PFedRec's Lastfm-2K
+    FileSpec("hetrec2011-lastfm-2k/user_taggedartists.dat", "c4a9ffae9ab47a9f9b2f0678ab1f7e5c1db4ca818837d8cddd1f5699c5bbf048", url=LASTFM_ZIP, member="user_taggedartists.dat"),
     FileSpec("hetrec2011-lastfm-2k/user_friends.dat", "0360883a3557776e04fdebda851f2e5dd23e796cad7059b968acdebd528d13fa", url=LASTFM_ZIP, member="user_friends.dat"),
     FileSpec("filmtrust/ratings.txt", "241167424e24d588e8871d68641e94ead98d5b3a4f0db01ef3181a74ad35e7a1", url=FILMTRUST_ZIP, member="ratings.txt"),
     FileSpec("filmtrust/trust.txt", "64573a033add72b988a0fb140fdbc0ad3464cb9821f940007aff6fda44b09603", url=FILMTRUST_ZIP, member="trust.txt"),
