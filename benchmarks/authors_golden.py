@@ -10,8 +10,9 @@ from a checkout and writes what it computes, with every input, to ``tests/data/*
   5-item graph, the gradients, and the parameters after one ``torch.optim.Adam`` step. Its only
   edits for Python ≥ 3.10 are two ``collections.abc`` imports; its cython sampler must be built
   (``python local_compile_setup.py build_ext --inplace``).
-* ``metamf``: TempSDU/MetaMF @ bbfdf0b (``MetaMF.py``): the model with ``Run.ipynb``'s
-  initialisation (Xavier-normal Linear weights, zero biases; seeds 1) on 5 users × 7 items, one
+* ``metamf``: TempSDU/MetaMF @ bbfdf0b (``MetaMF.py``): the model (small widths: item embedding 8,
+  rank 3, user embedding 6, memory 10, hidden 12) with ``Run.ipynb``'s initialisation
+  (Xavier-normal Linear weights, zero biases; seeds 1) on 5 users × 7 items, one
   batch of 6 (user, item, rating) rows, MSE (``MetaMF.loss``), ``clip_grad_norm_(·, 5)`` and one
   Adam(1e-4, weight decay 1e-3) step (cells 11, 15, 17): its parameters before and after.
 
@@ -106,7 +107,8 @@ def metamf(root: str) -> None:
     np.random.seed(1)
     torch.manual_seed(1)                     # Run.ipynb cell 1
     n_users, n_items = 5, 7
-    net = MetaMF(n_users, n_items)
+    sizes = {"item_emb_size": 8, "item_mem_num": 3, "user_emb_size": 6, "mem_size": 10, "hidden_size": 12}
+    net = MetaMF(n_users, n_items, **sizes)   # the code's architecture, small widths (a small file)
 
     def weights_init(m):                     # Run.ipynb cell 11
         if isinstance(m, nn.Linear):
@@ -129,7 +131,9 @@ def metamf(root: str) -> None:
     opt.step()
     after = {k: v.detach().clone().numpy() for k, v in net.state_dict().items()}
     OUT.mkdir(parents=True, exist_ok=True)
-    np.savez(OUT / "metamf_golden.npz", users=users, items=items, ratings=ratings, pred=pred.detach().numpy(),
+    np.savez_compressed(OUT / "metamf_golden.npz", users=users, items=items, ratings=ratings,
+             sizes=np.array([sizes[k] for k in ("item_emb_size", "item_mem_num", "user_emb_size", "mem_size",
+                                                "hidden_size")]), pred=pred.detach().numpy(),
              loss=loss.item(), **{f"before/{k}": v for k, v in before.items()},
              **{f"grad/{k}": v for k, v in grads.items()}, **{f"after/{k}": v for k, v in after.items()})
     print(f"wrote {OUT / 'metamf_golden.npz'}: loss {loss.item():.6f}")

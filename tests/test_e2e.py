@@ -241,6 +241,15 @@ def test_ufgraphfr_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                 ["num-rounds=2", "min-user-interactions=300", "phase-timeout=300"])
 
 
+def test_metamf_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """MetaMF over 2 real SuperNodes (each user's generated item table and RP weights down, its
+    gradients w.r.t. them up, the server's back-propagation through the meta network) gives the
+    in-process numbers and bytes on 54 users (small generator widths)."""
+    superlink_equals_in_process(tmp_path, data_dir, "metamf-ufgraphfr-ml100k",
+                                ["num-rounds=2", "min-user-interactions=300", "metamf-hidden=16", "metamf-memory=8",
+                                 "metamf-user-dim=8", "lr=0.01", "phase-timeout=120"])
+
+
 def test_lpsfed_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """LPSFed's 4 subgraph clients on 2 real SuperNodes (statistics phase, reference kernel,
     personalised MLPs and margins) give the in-process numbers and bytes."""

@@ -27,7 +27,7 @@ SILO = {"split": "loo", "partition": "blocks", "num-clients": 6, "protocol": "lo
         "train-samples": "per-positive", "batch-size": 1024, "lr": 0.05, "compat-fedcia-metrics": False,
         "select-metric": "ndcg@10", "patience": 0}
 ONE_USER = {"min-user-interactions": 300, "local-epochs": 1, "patience": 0}   # 54 heavy users
-ONE_STEP = {"fedavg", "fcf", "fedatt", "fedprox", "local", "fedca", "pfedrec", "gpfedrec", "ufgraphfr"}
+ONE_STEP = {"fedavg", "fcf", "fedatt", "fedprox", "local", "fedca", "pfedrec", "gpfedrec", "ufgraphfr", "metamf"}
 
 
 @functools.lru_cache(maxsize=1)
