@@ -7,7 +7,8 @@ and one evaluate exchange per round; the four one-step methods (``configure_trai
 ``aggregate_train``, ``configure_evaluate``, ``aggregate_evaluate``) speak exactly that form, so a
 Flower user can drive a Corolla method from their own loop — **for the methods whose every round
 is one training phase** (``Phase.TRAIN``) without secure aggregation: FedAvg, FCF, FedAtt,
-FedProx, Local (silo and one-user), FedCA, PFedRec, GPFedRec, UFGraphFR, MetaMF. A method whose round has
+FedProx, Local (silo and one-user), FedCA, PFedRec, GPFedRec, UFGraphFR, MetaMF, FedRecon,
+PerFedRec, FedFast, pFedGraph and the centralised references. A method whose round has
 other phases (FedCIA's upload or fine-tuning, LPSFed's statistics, Dist-FedAvg's expansion and the
 baselines on its harness) or a run with ``secagg`` is refused by ``configure_train`` with one line
 (:class:`NotOneStep`); ``tests/test_flower_strategy.py`` drives the whole method table both ways.

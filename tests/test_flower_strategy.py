@@ -27,7 +27,8 @@ SILO = {"split": "loo", "partition": "blocks", "num-clients": 6, "protocol": "lo
         "train-samples": "per-positive", "batch-size": 1024, "lr": 0.05, "compat-fedcia-metrics": False,
         "select-metric": "ndcg@10", "patience": 0}
 ONE_USER = {"min-user-interactions": 300, "local-epochs": 1, "patience": 0}   # 54 heavy users
-ONE_STEP = {"fedavg", "fcf", "fedatt", "fedprox", "local", "fedca", "pfedrec", "gpfedrec", "ufgraphfr", "metamf"}
+ONE_STEP = {"fedavg", "fcf", "fedatt", "fedprox", "local", "fedca", "pfedrec", "gpfedrec", "ufgraphfr", "fedrecon", "metamf",
+            "central", "perfedrec", "fedfast", "pfedgraph"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,6 +50,8 @@ def config_for(m: methods.Method) -> dict:
     over = {"method": m.name, "model": model, "num-rounds": ROUNDS, "eval-every": 1}
     if m.harness == "silo" and model in ("mf", "ncf", "lightgcn"):
         over.update(SILO)
+        if m.name == "central":   # one logical client holding every user (its declaration's check)
+            over["num-clients"] = 1
     elif m.harness == "one-user":
         over.update(ONE_USER)
     else:   # the expanded harness and LGCN's silos: their own data, fewer epochs
