@@ -228,3 +228,21 @@ def test_scale_page_shows_every_recorded_row_and_names_a_bad_file(tmp_path):
     for k, name in scale.FILES.items():
         if (res / name).is_file() and k != "ray":
             assert len(json.loads((res / name).read_text())["rows"]) > 0 and "Not recorded: no " + name not in real
+
+
+def test_each_board_links_to_its_own_datasets_section():
+    """Boards of one table that have results link to different sections of docs/results.md (each its
+    dataset's); the section on the data this machine does not have is linked, and only by boards
+    with no result."""
+    from corolla.report.board import check_sections
+
+    boards = build(CATALOGUE, RESULTS)
+    check_sections(boards, ROOT / "docs" / "results.md")
+    by_table: dict[str, dict[str, str]] = {}
+    for b in boards:
+        if any(r.ours for r in b.rows):
+            by_table.setdefault(b.title, {})[b.dataset] = b.section
+    for title, secs in by_table.items():
+        assert len(set(secs.values())) == len(secs), f"{title}: datasets share a section: {secs}"
+    absent = [b for b in boards if b.section == "Datasets not on this machine"]
+    assert absent and not [b.id for b in absent if any(r.ours for r in b.rows)]

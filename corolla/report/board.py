@@ -127,6 +127,9 @@ def build(catalogue: Path, results_dir: Path) -> list[Board]:
         ds, mets = list(t["datasets"]), list(t["metrics"])
         rows = _parse_values(t["values"], len(ds), len(mets), float(t.get("scale", 1.0)), where)
         known = {f"{m}|{d}" for m, _ in rows for d in ds}
+        for d in t.get("sections", {}):
+            if d not in ds:
+                raise ConfigError(f"{where}: [sections] names {d!r}, which is no dataset of the table")
         for field_ in ("ours", "authors", "notes", "cap"):
             for k in t.get(field_, {}):
                 if k not in known:
@@ -152,7 +155,7 @@ def build(catalogue: Path, results_dir: Path) -> list[Board]:
                     row.reason = r.get(key) or r.get(name) or r.get(f"|{d}") or "not run"
                 b_rows.append(row)
             boards.append(Board(f"{t['id']}-{_slug(d)}", t["paper"], t["title"], d, t["protocol"], mets,
-                                t["section"], b_rows))
+                                t.get("sections", {}).get(d, t["section"]), b_rows))
     return boards
 
 
