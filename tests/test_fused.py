@@ -23,6 +23,8 @@ def shrink(preset: str) -> str:
     if cfg["harness"] == "one-user":
         out.append("local-epochs=1")
         out.append("min-user-interactions=300" if cfg["dataset"] == "ml-100k" else "min-user-interactions=150")
+    if cfg["method"] == "central":   # one client holding every user: its 54 heaviest users only
+        out.append("min-user-interactions=300")
     if cfg["method"] in ("fedavg", "fcf") and cfg["harness"] == "silo" and cfg["dim"] > 64:
         out.append("dim=16")
     if cfg["split"] == "fedcia" and cfg["method"] != "fedavg":
