@@ -326,3 +326,29 @@ def test_fedprox_through_real_superlink_equals_in_process(tmp_path, data_dir):
     through a real SuperLink and 2 SuperNodes with the in-process numbers and bytes."""
     superlink_equals_in_process(tmp_path, data_dir, "fedprox-mf-ml100k",
                                 ["num-rounds=2", "fedprox-mu=0.1", "patience=0"], inproc_nodes=2)
+
+
+def test_perfedrec_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """PerFedRec (its own draw of 16 clients a round, K-means, the global and cluster tables sent
+    once per node, the cluster ids per client, every client evaluated with the next message) over
+    2 real SuperNodes gives the in-process numbers and bytes (in process on 2 nodes too: the
+    tables go once per node); 3 rounds, so the clients of round 3 start from their cluster's table."""
+    superlink_equals_in_process(tmp_path, data_dir, "perfedrec-pmf-ml100k",
+                                ["num-rounds=3", "min-user-interactions=300", "local-epochs=2", "clients-per-round=16",
+                                 "perfedrec-clusters=3", "phase-timeout=120"], inproc_nodes=2)
+
+
+def test_fedfast_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """FedFast (cluster-by-cluster draw, the server's user vectors to each client, every client
+    evaluated with the global model) over 2 real SuperNodes gives the in-process numbers and bytes
+    (in process on 2 nodes too: the global table goes once per node)."""
+    superlink_equals_in_process(tmp_path, data_dir, "fedfast-pmf-ml100k",
+                                ["num-rounds=2", "min-user-interactions=300", "local-epochs=2", "clients-per-round=16",
+                                 "fedfast-clusters=3", "phase-timeout=120"], inproc_nodes=2)
+
+
+def test_pfedgraph_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """pFedGraph (each client's graph aggregate and target down, the similarity term in round 2's
+    training) over 2 real SuperNodes gives the in-process numbers and bytes."""
+    superlink_equals_in_process(tmp_path, data_dir, "pfedgraph-pmf-ml100k",
+                                ["num-rounds=2", "min-user-interactions=300", "local-epochs=2", "phase-timeout=120"])

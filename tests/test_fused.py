@@ -30,7 +30,9 @@ def shrink(preset: str) -> str:
     if cfg["split"] == "fedcia" and cfg["method"] != "fedavg":
         out += ["partition=blocks", "num-clients=4"]
     if cfg["method"] in ("fedcia", "local") and cfg["model"] != "gfcf" and cfg["harness"] == "silo":
-        out += ["dim=8", "finetune-steps=2", "svd-rank=0"]
+        out.append("dim=8")
+        if cfg["method"] == "fedcia":   # FedCIA's own keys (Local's run holds only Local's)
+            out += ["finetune-steps=2", "svd-rank=0"]
         if cfg["model"] == "ncf":
             out.append('mlp-layers="16,8"')
         if cfg["client-models"]:
