@@ -352,3 +352,19 @@ def test_pfedgraph_through_real_superlink_equals_in_process(tmp_path, data_dir):
     training) over 2 real SuperNodes gives the in-process numbers and bytes."""
     superlink_equals_in_process(tmp_path, data_dir, "pfedgraph-pmf-ml100k",
                                 ["num-rounds=2", "min-user-interactions=300", "local-epochs=2", "phase-timeout=120"])
+
+
+def test_fedrecon_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """FedRecon over 2 real SuperNodes (the global item table down once per node, each client
+    reconstructs a fresh user vector and uploads only the rows it trained, item-upload=rows; no
+    client state between rounds) gives the in-process numbers and bytes."""
+    superlink_equals_in_process(tmp_path, data_dir, "fedrecon-ufgraphfr-ml100k",
+                                ["num-rounds=2", "min-user-interactions=300", "item-upload=rows", "phase-timeout=120"],
+                                inproc_nodes=2)
+
+
+def test_central_reference_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """The centralised reference (one logical client holding every user, on one of the 2 real
+    SuperNodes; nothing is uploaded) gives the in-process numbers."""
+    superlink_equals_in_process(tmp_path, data_dir, "central-mf-fedca-ml100k",
+                                ["num-rounds=2", "min-user-interactions=300", "phase-timeout=120"])
