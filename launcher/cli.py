@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from corolla import extras, provenance
@@ -108,7 +109,8 @@ class Cluster:
         # Flower's config lives in the run folder, where `flwr ls/log/stop` find it (printed at start)
         self.flwr_home = out / "flwr"
         self.flwr_home.mkdir(parents=True, exist_ok=True)
-        self.env = dict(os.environ, FLWR_HOME=str(self.flwr_home),
+        self.run_id = uuid.uuid4().hex   # every process of this launch carries it (launcher/procs.py)
+        self.env = dict(os.environ, FLWR_HOME=str(self.flwr_home), **{procs.MARKER: self.run_id},
                         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", FLWR_DISABLE_UPDATE_CHECK="1",
                         PYTHONUNBUFFERED="1")
         # the SuperExecs that the SuperLink and each SuperNode start (and that start the
@@ -211,7 +213,7 @@ class Cluster:
     def _stop(self) -> None:
         # a subreaper's children are all the run's (orphans come back to it); else what was started here
         roots = [os.getpid()] if self.subreaper else [p.pid for p in self.procs if p.poll() is None]
-        known = procs.run_processes(self.flwr_home, roots)   # before any signal: every parent chain intact
+        known = procs.run_processes(self.flwr_home, roots, marker=self.run_id)   # before any signal: every parent chain intact
         for p in reversed(self.procs):
             if p.poll() is None:
                 try:
@@ -229,7 +231,7 @@ class Cluster:
                     pass
                 p.wait()
         left = procs.end_run_processes(self.flwr_home, roots, grace=3.0, known=known,
-                                       keep={p.pid for p in self.procs})
+                                       keep={p.pid for p in self.procs}, marker=self.run_id)
         if left:
             print(f"corolla: {len(left)} process(es) of the run would not end: {left}", file=sys.stderr)
         self.procs.clear()

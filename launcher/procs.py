@@ -15,9 +15,12 @@ minutes (issue 36). So the launcher:
 * gives its direct children ``PR_SET_PDEATHSIG`` = SIGTERM, so they are told when ``corolla run``
   itself is killed outright (:func:`die_with_parent`);
 * at the end finds the run's processes by what they are — the processes it started and their
-  descendants (the parent chain), and every carrier of the run's ``FLWR_HOME`` in its
-  environment, which each process Flower or Corolla starts inherits — and ends them: SIGTERM, a
-  grace period, SIGKILL, until none is left (:func:`end_run_processes`), reaping the adopted ones.
+  descendants (the parent chain), and every carrier of the run's ``FLWR_HOME`` *and* its run
+  marker (``COROLLA_RUN``, unique per launch) in its environment, which each process Flower or
+  Corolla starts inherits — and ends them: SIGTERM, a grace period, SIGKILL, until none is left
+  (:func:`end_run_processes`), reaping the adopted ones. A shell or notebook where a user exported
+  the run's ``FLWR_HOME`` (to call ``flwr ls``) carries no marker and is left alone, and so are
+  this process's own ancestors, whatever they carry.
 
 Linux ``/proc`` only; elsewhere these find nothing and change nothing.
 """
@@ -31,6 +34,7 @@ from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+MARKER = "COROLLA_RUN"   # environment variable naming one launch of a run (launcher.cli.Cluster)
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -54,14 +58,14 @@ def die_with_parent() -> None:
 class Proc:
     """One ``/proc`` entry: pid, parent, session, state, start time (pid reuse check), command."""
 
-    __slots__ = ("pid", "ppid", "pgid", "sid", "state", "start", "cmd", "env_home")
+    __slots__ = ("pid", "ppid", "pgid", "sid", "state", "start", "cmd", "env_home", "env_run")
 
-    def __init__(self, pid: int, stat: str, cmd: str, env_home: str | None):
+    def __init__(self, pid: int, stat: str, cmd: str, env_home: str | None, env_run: str | None = None):
         fields = stat.rsplit(")", 1)[1].split()
         self.pid = pid
         self.state, self.ppid, self.pgid, self.sid = fields[0], int(fields[1]), int(fields[2]), int(fields[3])
         self.start = int(fields[19])
-        self.cmd, self.env_home = cmd, env_home
+        self.cmd, self.env_home, self.env_run = cmd, env_home, env_run
 
     @property
     def alive(self) -> bool:
@@ -79,13 +83,14 @@ def processes() -> dict[int, Proc]:
         try:
             stat = (d / "stat").read_text()
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            home = None
+            home = run = None
             if d.stat().st_uid == me:
                 for entry in (d / "environ").read_bytes().split(b"\0"):
                     if entry.startswith(b"FLWR_HOME="):
                         home = entry[10:].decode(errors="replace")
-                        break
-            out[int(d.name)] = Proc(int(d.name), stat, cmd, home)
+                    elif entry.startswith(MARKER.encode() + b"="):
+                        run = entry[len(MARKER) + 1:].decode(errors="replace")
+            out[int(d.name)] = Proc(int(d.name), stat, cmd, home, run)
         except (OSError, ValueError, IndexError):
             continue   # gone meanwhile, or not ours to read
     return out
@@ -106,14 +111,25 @@ def descendants(root: int, table: dict[int, Proc] | None = None) -> list[Proc]:
     return out
 
 
+def ancestors(pid: int, table: dict[int, Proc]) -> set[int]:
+    """``pid`` and the processes on its parent chain."""
+    out = set()
+    while pid in table and pid not in out:
+        out.add(pid)
+        pid = table[pid].ppid
+    return out
+
+
 def run_processes(flwr_home: str | Path, roots: tuple[int, ...] | list[int] = (),
-                  known: list[Proc] = ()) -> list[Proc]:
-    """The live processes of a run: carriers of its ``FLWR_HOME``, the ``roots`` (the processes
-    the launcher started) and the ``known`` ones (an earlier look, still the same processes), with
-    all their descendants; never this process."""
+                  known: list[Proc] = (), marker: str | None = None) -> list[Proc]:
+    """The live processes of a run: carriers of its ``FLWR_HOME`` (and of ``marker`` as
+    ``COROLLA_RUN`` when given), the ``roots`` (the processes the launcher started) and the
+    ``known`` ones (an earlier look, still the same processes), with all their descendants; never
+    this process or its ancestors."""
     table = processes()
     home = str(flwr_home)
-    found = {p.pid: p for p in table.values() if p.env_home == home and p.alive}
+    found = {p.pid: p for p in table.values()
+             if p.env_home == home and (marker is None or p.env_run == marker) and p.alive}
     tops = [r for r in roots if r in table]
     tops += [k.pid for k in known if k.pid in table and table[k.pid].start == k.start]
     for r in tops:
@@ -122,7 +138,8 @@ def run_processes(flwr_home: str | Path, roots: tuple[int, ...] | list[int] = ()
         found.update({p.pid: p for p in descendants(r, table) if p.alive})
     for p in list(found.values()):   # and whatever those started
         found.update({q.pid: q for q in descendants(p.pid, table) if q.alive})
-    found.pop(os.getpid(), None)
+    for pid in ancestors(os.getpid(), table):
+        found.pop(pid, None)
     return sorted(found.values(), key=lambda p: p.pid)
 
 
@@ -156,24 +173,25 @@ def _signal(procs: list[Proc], sig: int) -> None:
 
 
 def end_run_processes(flwr_home: str | Path, roots: tuple[int, ...] | list[int] = (), grace: float = 5.0,
-                      timeout: float = 20.0, keep: set[int] = frozenset(), known: list[Proc] = ()) -> list[Proc]:
+                      timeout: float = 20.0, keep: set[int] = frozenset(), known: list[Proc] = (),
+                      marker: str | None = None) -> list[Proc]:
     """End every process of the run (:func:`run_processes`; ``known``: a look taken before any
     of them was signalled, so that a process whose parent is gone is still found by its parent
     chain): SIGTERM, up to ``grace`` s to exit, then SIGKILL, repeated for processes started
     meanwhile, until none is left or ``timeout`` s passed. Returns those still alive (none,
     normally)."""
     end = time.monotonic() + timeout
-    left = run_processes(flwr_home, roots, known)
+    left = run_processes(flwr_home, roots, known, marker)
     if left:
         _signal(left, signal.SIGTERM)
         soft = time.monotonic() + grace
         while left and time.monotonic() < soft:
             time.sleep(0.05)
             reap_adopted(keep)
-            left = run_processes(flwr_home, roots, known)
+            left = run_processes(flwr_home, roots, known, marker)
     while left and time.monotonic() < end:
         _signal(left, signal.SIGKILL)
         time.sleep(0.05)
         reap_adopted(keep)
-        left = run_processes(flwr_home, roots, known)
+        left = run_processes(flwr_home, roots, known, marker)
     return left

@@ -124,13 +124,20 @@ class CorollaStrategy:
     def sample(self, rnd: int, available: list[int]) -> list[int]:
         """Clients of round ``rnd``: ``clients-per-round`` of them if set, else
         ``ceil(fraction-train * |available|)``; seeded by (seed, round)."""
-        f = self.cfg["fraction-train"]
-        per_round = int(self.cfg.get("clients-per-round", 0) or 0)
-        if per_round <= 0 and f >= 1.0 or per_round >= len(available):
+        n = self.round_size(len(available))
+        if n >= len(available):
             return sorted(available)
-        n = per_round if per_round > 0 else max(1, math.ceil(f * len(available)))
         pick = rng(self.cfg["seed"], "sample", rnd).choice(sorted(available), size=n, replace=False)
         return sorted(int(c) for c in pick)
+
+    def round_size(self, n_available: int) -> int:
+        """How many of ``n_available`` clients a round samples: ``clients-per-round`` if set, else
+        ``ceil(fraction-train * n_available)`` (all of them at ``fraction-train`` = 1)."""
+        per_round = int(self.cfg.get("clients-per-round", 0) or 0)
+        if per_round > 0:
+            return per_round
+        f = self.cfg["fraction-train"]
+        return n_available if f >= 1.0 else max(1, math.ceil(f * n_available))
 
     def phase_targets(self, phase: Phase, rnd: int, sampled: list[int]) -> list[int]:
         """*hook*: the logical clients of ``phase`` (default: the round's sampled clients)."""

@@ -105,8 +105,8 @@ class FedFast(CorollaStrategy):
 
     # -------------------------------------------------------------- train
     def sample(self, rnd, available):
-        m = int(self.cfg.get("clients-per-round", 0) or 0)
-        if self.p.fedfast_sampling == "uniform" or self.labels is None or m <= 0 or m >= len(available):
+        m = self.round_size(len(available))
+        if self.p.fedfast_sampling == "uniform" or self.labels is None or m >= len(available):
             return super().sample(rnd, available)
         return per_cluster_sample(available, {c: self.labels.get(c, 0) for c in available}, m,
                                   rng(self.cfg["seed"], "sample", rnd))
@@ -136,6 +136,8 @@ class FedFast(CorollaStrategy):
                                           self.p.fedfast_item_weight)
         moved = int((new["item.weight"] != self.G["item.weight"]).any(1).sum())
         self.G = {k: new[k] for k in self.G}
+        for c in cids:   # a client that joined after setup: the vector it started from (one_user_init)
+            self.U.setdefault(c, one_user_init(self.cfg, c))
         old = {c: np.asarray(self.U[c], np.float64) for c in cids}
         for c, p in zip(cids, pay):
             self.U[c] = np.asarray(p["user.weight"], np.float32)

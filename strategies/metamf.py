@@ -20,7 +20,7 @@ network, the Adam state and the client-to-embedding-row map.
 
 from __future__ import annotations
 
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -88,6 +88,23 @@ class MetaMF(CorollaStrategy):
         return out
 
     # ------------------------------------------------------------------ round
+    def _known(self, cids, what: str) -> list[int]:
+        """``cids`` that have a row of the user-embedding table; a client that joined after the
+        first handshake has none (the meta network's size is fixed at setup), so it is left out
+        with a warning instead of ending the run."""
+        known = [c for c in cids if self.net is None or c in self.rows]
+        if len(known) < len(cids):
+            late = sorted(set(cids) - set(known))
+            log(WARNING, "MetaMF: clients %s joined after the first handshake and have no user embedding; "
+                "left out of %s", late[:5], what)
+        return known
+
+    def sample(self, rnd, available):
+        return super().sample(rnd, self._known(list(available), f"round {rnd}'s training"))
+
+    def eval_targets(self, rnd, replied):
+        return self._known(super().eval_targets(rnd, replied), f"round {rnd}'s evaluation")
+
     def configure_phase(self, phase, rnd, targets):
         return Download({}, self.generated(list(targets)))
 

@@ -53,7 +53,8 @@ def cluster_key(k: int, name: str) -> str:
 
 def mean_tables(uploads: list[dict[str, np.ndarray]], names, weights: list[float] | None = None) -> dict[str, np.ndarray]:
     """The (weighted) mean of ``names`` over ``uploads``, in list order (the code's ``FedAvg``)."""
-    w = [1.0] * len(uploads) if weights is None else weights
+    # no weights, or weights a client set to 0 (num-examples = 0 passes the exchange): the plain mean
+    w = [1.0] * len(uploads) if weights is None or sum(weights) <= 0 else weights
     return weighted_mean([{k: u[k] for k in names} for u in uploads], w)
 
 
@@ -61,7 +62,10 @@ def cluster_means(uploads: dict[int, dict[str, np.ndarray]], labels: dict[int, i
                   fallback: dict[str, np.ndarray], names, weights: dict[int, float] | None = None
                   ) -> list[dict[str, np.ndarray]]:
     """C_j = the mean of the uploads of the clients labelled j (client order); ``fallback`` (the
-    global model) for a cluster with none (``PerFedRec.py:126-132``)."""
+    global model) for a cluster with none (``PerFedRec.py:126-132``). A client without a label (it
+    joined after the K-means) is in no cluster's mean."""
+    if isinstance(labels, dict):
+        uploads = {c: u for c, u in uploads.items() if c in labels}
     out = []
     for j in range(k):
         mem = [c for c in sorted(uploads) if int(labels[c]) == j]
@@ -115,8 +119,8 @@ class PerFedRec(CorollaStrategy):
 
     # -------------------------------------------------------------- train
     def sample(self, rnd, available):
-        m = int(self.cfg.get("clients-per-round", 0) or 0)
-        if self.labels is None or m <= 0 or m >= len(available):
+        m = self.round_size(len(available))
+        if self.labels is None or m >= len(available):
             return super().sample(rnd, available)
         g = rng(self.cfg["seed"], "sample", rnd)
         known = {c: self.labels.get(c, 0) for c in available}

@@ -158,3 +158,15 @@ def test_fedfast_ncf_and_options_run(tmp_path, data_dir):
     assert a["status"] == "completed" and a["metrics"]["hr@10"] > 0
     # with 'own' the 16 trained clients evaluate in their reply; the other 38 are asked
     assert ra[1]["phases"][0]["bytes_down"] > 0
+
+
+def test_a_client_that_joined_after_setup_is_aggregated_from_its_initial_vector():
+    """A node that joins mid-run brings clients the server had no user vector for at setup: their
+    upload is aggregated (the server's copy starts at the vector the client started from) instead
+    of ending the run with a KeyError."""
+    s = _strategy()
+    late = max(s.U) + 1
+    s.accept("train", 2, late, ClientResult({"item.weight": A, "user.weight": np.array([[1.0, 1.0]], np.float32)},
+                                            {"num-examples": 5}))
+    s.aggregate_phase("train", 2, {late: ClientResult({}, {})})
+    assert np.array_equal(s.U[late], np.array([[1.0, 1.0]], np.float32)) and late in s.labels

@@ -282,3 +282,12 @@ def test_declaration_keys_and_checks():
 def test_bad_values_name_their_key(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):
         resolve(PRESET, {key: value})
+
+
+def test_a_client_that_joined_after_setup_is_left_out_not_the_run_ended():
+    """The meta network has a user-embedding row per client known at setup: a client of a node
+    that joined later is left out of sampling and evaluation (a warning), the run goes on."""
+    s = strategy()
+    late = max(CIDS) + 1
+    assert s.sample(1, list(CIDS) + [late]) == s.sample(1, list(CIDS))
+    assert late not in s._known(list(CIDS) + [late], "a test")

@@ -267,3 +267,16 @@ def test_perfedrec_ncf_and_options_run(tmp_path, data_dir):
     b, _ = _run(tmp_path, "opts", data_dir, 2, "perfedrec-sampling=per-cluster perfedrec-ensemble=prob "
                 "perfedrec-noise-rows=0 perfedrec-weighted=true", preset="perfedrec-ncf-ml100k")
     assert a["status"] == b["status"] == "completed" and a["metrics"] != b["metrics"]
+
+
+def test_cluster_means_leave_out_a_client_without_a_label_and_zero_weights_are_uniform():
+    """A client that joined after the last K-means has no label: it counts in G but in no cluster's
+    mean (no KeyError). Weights a client sets to 0 (num-examples = 0 passes the exchange) give the
+    plain mean instead of a division by zero."""
+    from strategies.perfedrec import cluster_means, mean_tables
+    up = {0: {"t": np.array([1.0], np.float32)}, 1: {"t": np.array([3.0], np.float32)},
+          7: {"t": np.array([100.0], np.float32)}}
+    fallback = {"t": np.array([-1.0], np.float32)}
+    c = cluster_means(up, {0: 0, 1: 1}, 2, fallback, ["t"])
+    assert c[0]["t"][0] == 1.0 and c[1]["t"][0] == 3.0
+    assert mean_tables([up[0], up[1]], ["t"], [0.0, 0.0])["t"][0] == 2.0

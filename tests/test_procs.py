@@ -107,3 +107,39 @@ def test_run_processes_are_found_by_flwr_home_and_parent_chain(tmp_path):
         for q in (a, b, c):
             q.kill()
             q.wait()
+
+
+def test_a_process_with_the_runs_flwr_home_but_not_its_marker_is_left_alone(tmp_path):
+    """A user's shell or notebook that exported the run's FLWR_HOME (to call ``flwr ls``) is not the
+    run's: with the launch's marker, only carriers of both are ended; never this process's ancestors."""
+    home = tmp_path / "flwr"
+    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env=dict(os.environ, FLWR_HOME=str(home), **{procs.MARKER: "run-1"}), start_new_session=True)
+    users = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, FLWR_HOME=str(home)), start_new_session=True)
+    try:
+        time.sleep(0.3)
+        found = {q.pid for q in procs.run_processes(home, marker="run-1")}
+        assert mine.pid in found and users.pid not in found
+        assert not ({os.getpid(), os.getppid()} & found)
+        assert procs.end_run_processes(home, grace=1.0, marker="run-1") == []
+        assert mine.wait(10) is not None and users.poll() is None
+    finally:
+        for q in (mine, users):
+            q.kill()
+            q.wait()
+
+
+def test_this_processs_ancestors_are_never_the_runs(tmp_path, monkeypatch):
+    """``corolla run`` started from a shell that carries the run's FLWR_HOME (a resume from the
+    shell of the hint it printed) does not end that shell."""
+    home = tmp_path / "flwr"
+    table = procs.processes()
+    me = table[os.getpid()]
+    parent = table.get(me.ppid)
+    if parent is None:
+        import pytest
+        pytest.skip("this process's parent is not visible in /proc")
+    parent.env_home = str(home)
+    monkeypatch.setattr(procs, "processes", lambda: table)
+    assert me.ppid not in {q.pid for q in procs.run_processes(home)}
