@@ -128,8 +128,11 @@ def test_stock_flower_supernode_from_its_own_venv_serves_a_run(pythons, line_run
         wait_port(int(fleet.rsplit(":", 1)[1]), link)
         node_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         node_env.update(PATH=f"{venv / 'bin'}:{os.environ['PATH']}", COROLLA_OFFLINE="1",
-                        FLWR_HOME=str(tmp_path / "node-home"), FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05")
+                        FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05")
         for i in range(2):
+            # each node its own FLWR_HOME, as on its own machine: two SuperNodes installing the app
+            # bundle into one apps/ folder at once race (one ClientApp found no pyproject.toml)
+            node_env["FLWR_HOME"] = str(tmp_path / f"node-home{i}")
             nc = f'clients="auto" data-dir="{data_dir}" state-dir="{tmp_path / "state"}"'
             procs.append(subprocess.Popen([str(venv / "bin" / "flower-supernode"), "--insecure", "--superlink", fleet,
                                            "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", nc],
