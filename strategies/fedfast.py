@@ -24,19 +24,15 @@ Round t:
 from __future__ import annotations
 
 import time
-from logging import WARNING
-from typing import Any
 
 import numpy as np
-from flwr.common.logger import log
 
 from corolla.kmeans import kmeans, per_cluster_sample
-from corolla.models.factory import one_user_init, shared_init
-from corolla.protocol import ArraySpec
-from corolla.round import DEFAULT_CONTROL, Download, Phase
+from corolla.models.factory import one_user_init
+from corolla.round import Download
 from corolla.util import rng
 from strategies.aggregation import weighted_mean
-from strategies.base import CorollaStrategy
+from strategies.user_vectors import UserVectorStrategy, mean_train_loss
 
 
 def row_weights(new: np.ndarray, old: np.ndarray, how: str) -> np.ndarray:
@@ -84,21 +80,7 @@ def propagate(users: dict[int, np.ndarray], old: dict[int, np.ndarray], labels: 
     return out
 
 
-class FedFast(CorollaStrategy):
-    hold_uploads = True
-    counted_phases = ("train",)
-
-    def __init__(self, cfg: dict[str, Any]):
-        super().__init__(cfg)
-        self.G: dict[str, np.ndarray] = {}
-        self.U: dict[int, np.ndarray] = {}
-        self.labels: dict[int, int] | None = None
-
-    def setup(self) -> None:
-        if not self.G:
-            self.G = shared_init(self.cfg, self.n_items)
-        for c in self.clients:
-            self.U.setdefault(c, one_user_init(self.cfg, c))
+class FedFast(UserVectorStrategy):
 
     def gamma(self, rnd: int) -> float:
         return float(self.p.fedfast_gamma) * float(self.p.fedfast_gamma_decay) ** (rnd - 1)
@@ -114,17 +96,10 @@ class FedFast(CorollaStrategy):
     def configure_phase(self, phase, rnd, targets):
         return Download(dict(self.G), {c: {"user.weight": self.U[c]} for c in targets if c in self.U})
 
-    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
-        if phase != Phase.TRAIN:
-            return {}
-        out = {k: ArraySpec(v.shape, "float32") for k, v in self.G.items()}
-        out["user.weight"] = ArraySpec((1, int(self.cfg["dim"])), "float32")
-        return out
 
     def aggregate_phase(self, phase, rnd, results):
-        uploads = self.take_uploads()
+        uploads = self.held_uploads(rnd)
         if not uploads:
-            log(WARNING, "round %d: no valid upload; nothing is aggregated", rnd)
             return {"clients": len(results)}
         t0 = time.perf_counter()
         cids = sorted(uploads)
@@ -146,8 +121,7 @@ class FedFast(CorollaStrategy):
                      self.p.fedfast_kmeans_init)
         self.labels = {c: int(x) for c, x in zip(order, lab)}
         self.U = propagate(self.U, old, self.labels, self.gamma(rnd))
-        return {"clients": len(results), "train-loss": float(np.nanmean(
-            [r.metrics.get("train-loss", np.nan) for r in results.values()])), "moved-rows": moved,
+        return {"clients": len(results), "train-loss": mean_train_loss(results), "moved-rows": moved,
             "clusters": int(len(set(lab.tolist()))), "server-s": time.perf_counter() - t0}
 
     # -------------------------------------------------------------- evaluate

@@ -31,19 +31,15 @@ t, while the cluster models they index were built with the labels before it (``:
 from __future__ import annotations
 
 import time
-from logging import WARNING
 from typing import Any
 
 import numpy as np
-from flwr.common.logger import log
 
 from corolla.kmeans import kmeans, per_cluster_sample
-from corolla.models.factory import one_user_init, shared_init
-from corolla.protocol import ArraySpec
-from corolla.round import DEFAULT_CONTROL, Download, Phase
+from corolla.round import Download
 from corolla.util import rng
 from strategies.aggregation import weighted_mean
-from strategies.base import CorollaStrategy
+from strategies.user_vectors import UserVectorStrategy, mean_train_loss
 
 
 def cluster_key(k: int, name: str) -> str:
@@ -92,23 +88,11 @@ def code_sample(available: list[int], labels, m: int, share: float, g: np.random
     return sorted(chosen)
 
 
-class PerFedRec(CorollaStrategy):
-    hold_uploads = True
-    counted_phases = ("train",)
-
+class PerFedRec(UserVectorStrategy):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
-        self.G: dict[str, np.ndarray] = {}
         self.C: list[dict[str, np.ndarray]] | None = None
-        self.U: dict[int, np.ndarray] = {}
-        self.labels: dict[int, int] | None = None        # of the last K-means: the next round's
         self.built_with: dict[int, int] | None = None    # the labels the cluster models were built with
-
-    def setup(self) -> None:
-        if not self.G:
-            self.G = shared_init(self.cfg, self.n_items)
-        for c in self.clients:
-            self.U.setdefault(c, one_user_init(self.cfg, c))
 
     @property
     def names(self) -> list[str]:
@@ -142,17 +126,10 @@ class PerFedRec(CorollaStrategy):
             personal = {c: {"cluster": np.array([self.labels.get(c, 0)], np.int64)} for c in targets}
         return Download(self.tables(rnd), personal)
 
-    def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
-        if phase != Phase.TRAIN:
-            return {}
-        out = {k: ArraySpec(v.shape, "float32") for k, v in self.G.items()}
-        out["user.weight"] = ArraySpec((1, int(self.cfg["dim"])), "float32")
-        return out
 
     def aggregate_phase(self, phase, rnd, results):
-        uploads = self.take_uploads()
+        uploads = self.held_uploads(rnd)
         if not uploads:
-            log(WARNING, "round %d: no valid upload; nothing is aggregated", rnd)
             return {"clients": len(results)}
         t0 = time.perf_counter()
         cids = sorted(uploads)
@@ -169,8 +146,7 @@ class PerFedRec(CorollaStrategy):
                      self.p.perfedrec_kmeans_init)
         self.labels = {c: int(x) for c, x in zip(order, lab)}
         sizes = np.bincount(lab, minlength=self.p.perfedrec_clusters)
-        return {"clients": len(results), "train-loss": float(np.nanmean(
-            [r.metrics.get("train-loss", np.nan) for r in results.values()])),
+        return {"clients": len(results), "train-loss": mean_train_loss(results),
             "clusters": int((sizes > 0).sum()), "largest-cluster": int(sizes.max()), "server-s": time.perf_counter() - t0}
 
     # -------------------------------------------------------------- evaluate
