@@ -486,7 +486,15 @@ def _run_remote(args: argparse.Namespace, overrides: dict, nodes: int) -> int:
     run_cfg.update({"data-dir": args.data_dir or "", "min-nodes": nodes,
                     "provenance": json.dumps(provenance.collect(APP_DIR)), "mode": "superlink",
                     "track": args.track or ""})
-    home = Path(tempfile.mkdtemp(prefix="corolla-flwr-"))
+    home = Path(tempfile.mkdtemp(prefix="corolla-flwr-"))   # flwr's config for this submission only
+    try:
+        return _submit(args, run_cfg, what, nodes, home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _submit(args: argparse.Namespace, run_cfg: dict, what: str, nodes: int, home: Path) -> int:
+    """``flwr run`` the staged app against ``args.superlink`` with FLWR_HOME ``home``."""
     conn = "corolla"
     ca = ""
     if args.root_certificates:
