@@ -41,6 +41,7 @@ from corolla.protocol import ArraySpec
 from corolla.round import DEFAULT_CONTROL, Control, Download, Phase
 from corolla.util import rng
 from strategies.base import CorollaStrategy
+from strategies.owed import Owed
 
 
 class FedCA(CorollaStrategy):
@@ -49,8 +50,7 @@ class FedCA(CorollaStrategy):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
         self.shapes: dict[str, tuple[int, ...]] = {}
-        self.pending: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] not yet handed to the transport
-        self._delivering: dict[int, dict[str, np.ndarray]] = {}   # Q_g[u] in the evaluation in flight
+        self.owed = Owed()   # Q_g[u] until it has reached client u
 
     def setup(self) -> None:
         self.shapes = {k: v.shape for k, v in shared_init(self.cfg, self.n_items).items()}
@@ -64,7 +64,7 @@ class FedCA(CorollaStrategy):
     def configure_phase(self, phase, rnd, targets):
         """Q_g[u] not yet delivered (a round not evaluated), and with ``fedca-upload = subset`` a
         ``Control(upload=False)`` for every client not drawn for aggregation."""
-        personal = {c: dict(self.pending[c]) for c in targets if c in self.pending}
+        personal = self.owed.select(targets)
         control = {}
         if self.p.fedca_upload == "subset":
             drawn = set(self.draw_subset(rnd, targets))
@@ -74,9 +74,7 @@ class FedCA(CorollaStrategy):
     def delivered(self, phase, rnd, cids):
         """Q_g[u] handed to the transport: with a training message it is gone (interpolated there);
         with an evaluation it waits for :meth:`evaluated` (a client that missed it gets it again)."""
-        sent = {c: self.pending.pop(c) for c in cids if c in self.pending}
-        if phase == Phase.EVALUATE:
-            self._delivering.update(sent)
+        self.owed.handed(phase, cids)
 
     def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
         if phase != Phase.TRAIN or not control.upload:
@@ -131,7 +129,8 @@ class FedCA(CorollaStrategy):
         groups = self.blocks(rnd, subset)
         for group in groups:
             agg, d = self.aggregate_group(group, uploads)
-            self.pending.update(agg)
+            for c, q in agg.items():
+                self.owed.owe(c, q)
             diag += d
         return {"clients": len(results), "aggregated": len(subset), "blocks": len(groups), "train-loss": float(np.nanmean(
             [r.metrics.get("train-loss", np.nan) for r in results.values()])),
@@ -141,25 +140,18 @@ class FedCA(CorollaStrategy):
     def eval_targets(self, rnd, replied):
         """Every client sent its metrics with its training reply; the aggregated ones are asked
         again with Q_g[u] (they interpolate, keep and evaluate the result)."""
-        return sorted(set(super().eval_targets(rnd, replied)) | set(self.pending))
+        return sorted(set(super().eval_targets(rnd, replied)) | set(self.owed.clients()))
 
     def evaluate_download(self, rnd, targets):
-        return Download({}, {c: dict(self.pending[c]) for c in targets if c in self.pending})
+        return Download({}, self.owed.select(targets))
 
     def evaluated(self, rnd, results):
         # delivered and interpolated; a client that missed it gets it with the next training
-        for c, agg in self._delivering.items():
-            if c not in results:
-                self.pending[c] = agg
-        self._delivering = {}
+        self.owed.settle(results)
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self):
-        return {f"pending/{c}/{k}": v for c, d in self.pending.items() for k, v in d.items()}
+        return self.owed.state_dict()
 
     def load_state_dict(self, state):
-        self.pending = {}
-        for key, v in state.items():
-            if key.startswith("pending/"):
-                _, c, k = key.split("/", 2)
-                self.pending.setdefault(int(c), {})[k] = v
+        self.owed.load_state_dict(state)

@@ -38,6 +38,7 @@ from corolla.models.factory import shared_init
 from corolla.protocol import ArraySpec
 from corolla.round import DEFAULT_CONTROL, Download, Phase
 from strategies.base import CorollaStrategy
+from strategies.owed import Owed
 
 
 def cosine_difference(deltas: np.ndarray, clamp: float = 0.9) -> np.ndarray:
@@ -99,8 +100,7 @@ class PFedGraph(CorollaStrategy):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__(cfg)
         self.init: dict[str, np.ndarray] = {}
-        self.pending: dict[int, dict[str, np.ndarray]] = {}       # θ̄_u (and c_u) not yet handed over
-        self._delivering: dict[int, dict[str, np.ndarray]] = {}   # θ̄_u in the evaluation in flight
+        self.owed = Owed()   # θ̄_u (and c_u) until they have reached client u
 
     def setup(self) -> None:
         self.init = shared_init(self.cfg, self.n_items)
@@ -111,19 +111,16 @@ class PFedGraph(CorollaStrategy):
 
     # -------------------------------------------------------------- train
     def configure_phase(self, phase, rnd, targets):
-        return Download({}, {c: dict(self.pending[c]) for c in targets if c in self.pending})
+        return Download({}, self.owed.select(targets))
+
+    def _evaluated_key(self, key: str) -> bool:
+        """What an evaluation download carries: θ̄_u with ``pfedgraph-eval = aggregated``, else nothing."""
+        return self.aggregated_eval and not key.startswith(TARGET)
 
     def delivered(self, phase, rnd, cids):
         """A training message takes θ̄_u and c_u; an evaluation (``pfedgraph-eval = aggregated``)
         takes θ̄_u only, and waits for :meth:`evaluated` (c_u goes with the next training)."""
-        for c in cids:
-            if c not in self.pending:
-                continue
-            if phase == Phase.EVALUATE:
-                self._delivering[c] = {k: v for k, v in self.pending[c].items() if not k.startswith(TARGET)}
-                self.pending[c] = {k: v for k, v in self.pending[c].items() if k.startswith(TARGET)}
-            else:
-                del self.pending[c]
+        self.owed.handed(phase, cids, self._evaluated_key if phase == Phase.EVALUATE else lambda k: True)
 
     def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
         if phase != Phase.TRAIN:
@@ -146,7 +143,7 @@ class PFedGraph(CorollaStrategy):
                           self.p.pfedgraph_qp)
         agg, tgt = aggregate_by_graph(a, tables, self.p.pfedgraph_target == "normalized")
         for j, c in enumerate(cids):
-            self.pending[c] = {**{k: agg[k][j] for k in agg}, **{TARGET + k: tgt[k][j] for k in tgt}}
+            self.owed.owe(c, {**{k: agg[k][j] for k in agg}, **{TARGET + k: tgt[k][j] for k in tgt}})
         return {"clients": len(results), "train-loss": float(np.nanmean(
             [r.metrics.get("train-loss", np.nan) for r in results.values()])),
             "self-weight": float(np.mean(np.diag(a))), "server-s": time.perf_counter() - t0}
@@ -156,22 +153,14 @@ class PFedGraph(CorollaStrategy):
         """``aggregated``: θ̄_u to each client that has one (it evaluates it and keeps it)."""
         if not self.aggregated_eval:
             return Download()
-        return Download({}, {c: {k: v for k, v in self.pending[c].items() if not k.startswith(TARGET)}
-                             for c in targets if c in self.pending})
+        return Download({}, self.owed.select(targets, self._evaluated_key))
 
     def evaluated(self, rnd, results):
-        for c, agg in self._delivering.items():
-            if c not in results:   # not delivered: it goes with the next training
-                self.pending[c] = {**agg, **self.pending.get(c, {})}
-        self._delivering = {}
+        self.owed.settle(results)   # not delivered: it goes with the next training
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self):
-        return {f"pending/{c}/{k}": v for c, d in self.pending.items() for k, v in d.items()}
+        return self.owed.state_dict()
 
     def load_state_dict(self, state):
-        self.pending = {}
-        for key, v in state.items():
-            if key.startswith("pending/"):
-                _, c, k = key.split("/", 2)
-                self.pending.setdefault(int(c), {})[k] = v
+        self.owed.load_state_dict(state)

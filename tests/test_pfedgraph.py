@@ -96,7 +96,7 @@ def test_strategy_round_gives_the_authors_aggregates_and_delivers_them():
     mets = s.aggregate_phase("train", 1, {10 + i: ClientResult({}, {"train-loss": 0.5}) for i in range(N)})
     assert mets["clients"] == N and 0 < mets["self-weight"] < 1
     for i in range(N):
-        got = s.pending[10 + i]
+        got = s.owed.pending[10 + i]
         np.testing.assert_allclose(got["item.weight"], np.array(G["aggregated_tables"][str(i)]), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got["target.item.weight"].reshape(-1), np.array(G["cluster_vectors"][str(i)]),
                                    rtol=1e-5, atol=1e-6)
@@ -105,11 +105,11 @@ def test_strategy_round_gives_the_authors_aggregates_and_delivers_them():
     down = s.configure_phase("train", 2, [10, 11, 99])
     assert set(down.personal) == {10, 11} and set(down.personal[10]) == {"item.weight", "target.item.weight"}
     s.delivered("train", 2, [10, 11])
-    assert 10 not in s.pending and 12 in s.pending
+    assert 10 not in s.owed.pending and 12 in s.owed.pending
     # a checkpoint restores what is pending
     t = _strategy()
     t.load_state_dict(s.state_dict())
-    assert set(t.pending) == set(s.pending) and np.array_equal(t.pending[12]["item.weight"], s.pending[12]["item.weight"])
+    assert set(t.owed.pending) == set(s.owed.pending) and np.array_equal(t.owed.pending[12]["item.weight"], s.owed.pending[12]["item.weight"])
 
 
 def test_aggregated_evaluation_sends_the_aggregate_first_and_the_target_with_training():
@@ -123,7 +123,7 @@ def test_aggregated_evaluation_sends_the_aggregate_first_and_the_target_with_tra
     assert set(s.configure_phase("train", 2, [0, 1, 2]).personal[0]) == {"target.item.weight"}
     assert set(s.configure_phase("train", 2, [2]).personal[2]) == {"item.weight", "target.item.weight"}
     s.evaluated(1, {0: ClientResult({}, {})})          # client 1 missed it: it gets it with training
-    assert set(s.pending[1]) == {"item.weight", "target.item.weight"} and set(s.pending[0]) == {"target.item.weight"}
+    assert set(s.owed.pending[1]) == {"item.weight", "target.item.weight"} and set(s.owed.pending[0]) == {"target.item.weight"}
 
 
 # ------------------------------------------------------------------------ the training path
