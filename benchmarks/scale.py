@@ -54,6 +54,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 CLIENT_RUNS = {
     "fedavg-pmf": "fedavg-pmf-ml100k",
     "pfedrec": "pfedrec-ml100k",
+    "fedrecon": "fedrecon-ufgraphfr-ml100k",   # stateless clients: item-upload = rows is lossless
 }
 
 
@@ -299,7 +300,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("clients")
     c.add_argument("--data-dir", required=True)
-    c.add_argument("--methods", nargs="+", default=list(CLIENT_RUNS), choices=list(CLIENT_RUNS))
+    c.add_argument("--methods", nargs="+", default=["fedavg-pmf", "pfedrec"], choices=list(CLIENT_RUNS))
     c.add_argument("--users", type=int, nargs="+", default=[943, 1000, 5000, 29857],
                    help="943 = the ML-100K preset; any other N = the first N Gowalla users")
     c.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
