@@ -13,8 +13,16 @@ import numpy as np
 import pytest
 import torch
 
-from client_app.fedpergnn import (cast_labels, clip, client_inputs, dropout_mask, gradients, laplace_scale, privatise,
-                                  pseudo_rows)
+from client_app.fedpergnn import (
+    cast_labels,
+    client_inputs,
+    clip,
+    dropout_mask,
+    gradients,
+    laplace_scale,
+    privatise,
+    pseudo_rows,
+)
 from corolla import methods
 from corolla.config import resolve
 from corolla.expansion import MatchingParty, hash_items
@@ -221,8 +229,8 @@ def test_fedsgd_step_by_hand(agg):
     for c, r in res.items():
         s.accept(Phase.TRAIN, 1, c, r)
     s.aggregate_phase(Phase.TRAIN, 1, res)
-    for k in w0:
-        np.testing.assert_allclose(s.weights[k], w0[k] - 0.5 * 2.0, rtol=1e-6)          # mean of 1 and 3
+    for k, v in w0.items():
+        np.testing.assert_allclose(s.weights[k], v - 0.5 * 2.0, rtol=1e-6)          # mean of 1 and 3
     want = q0.copy()
     if agg == "clients":
         want[0] -= 0.5 * np.array([1, 2]) / 2
@@ -254,8 +262,8 @@ def test_the_codes_server_noise_by_hand():
     lam = 0.5 * 2 * 0.1 / np.sqrt(2) / 2.0
     want = want + g.laplace(0.0, lam, want.shape)
     np.testing.assert_allclose(s.items, want, rtol=1e-5, atol=1e-6)
-    for k in w0:
-        np.testing.assert_allclose(s.weights[k], (w0[k] - 1.0) + g.laplace(0.0, lam, w0[k].shape), rtol=1e-5, atol=1e-6)
+    for k, v in w0.items():
+        np.testing.assert_allclose(s.weights[k], (v - 1.0) + g.laplace(0.0, lam, v.shape), rtol=1e-5, atol=1e-6)
 
 
 def test_a_bad_upload_is_refused():
@@ -275,7 +283,7 @@ def test_neighbour_arrays_by_hand():
     rows, index = neighbour_arrays([[8, 3], [], [5, 8, 3]], vec, 2, 3)
     np.testing.assert_array_equal(rows[:, 0], [3, 5, 8])     # distinct rows, no ids
     np.testing.assert_array_equal(index, [[2, 0, -1], [-1, -1, -1], [1, 2, 0]])
-    hist, r, idx = client_inputs(np.array([4, 1, 7]), 4, rows, index, 3, 2)
+    hist, _, idx = client_inputs(np.array([4, 1, 7]), 4, rows, index, 3, 2)
     np.testing.assert_array_equal(hist, [4, 1, 7, -1])
     np.testing.assert_array_equal(idx[3], [-1, -1, -1])
 

@@ -35,10 +35,10 @@ OTRAINING = [
 
 def main(src: str, dst: str) -> None:
     sys.path.insert(0, os.path.abspath(src))
-    import const  # noqa: E402 - the authors' constants
-    from expansion import graph_embedding_expansion  # noqa: E402
-    from encrypt import generate_key  # noqa: E402
-    from preprocess import generate_history  # noqa: E402
+    import const
+    from encrypt import generate_key
+    from expansion import graph_embedding_expansion
+    from preprocess import generate_history
 
     random.seed(0)
     otr = np.array(OTRAINING, np.float32)
