@@ -340,3 +340,25 @@ def test_a_small_run_learns(tmp_path, data_dir):
     s = run_federation(t, {"preset": PRESET, "set": small, "out-dir": str(tmp_path), "data-dir": data_dir})
     hr = (s["metrics"]["hr@10"] + s["valid_metrics"]["hr@10"]) / 2
     assert hr > 0.2, hr
+
+
+def test_checkpoint_round_trip():
+    """The server's state (network, item table, the matching party's pseudonyms and user vectors, the
+    expansion done) survives state_dict / load_state_dict: a resumed server sends the same arrays."""
+    s = strategy()
+    res = {c: ClientResult({"hashes": hash_items(np.array(h), 0), "user.emb": np.full(2, c + 1.0, np.float32)}, {})
+           for c, h in ((0, [1, 2]), (1, [2, 4, 1]))}
+    s.aggregate_phase(Phase.EXPAND, 1, res)
+    s.aggregate_phase(Phase.MATCH, 1, {})
+    t = strategy()
+    t.load_state_dict({k: v.copy() for k, v in s.state_dict().items()})
+    assert t.matched and t.phases(2) == [Phase.TRAIN]
+    np.testing.assert_array_equal(t.items, s.items)
+    for c in (0, 1):
+        a, b = s.neighbours_of(c, 3), t.neighbours_of(c, 3)
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+    np.testing.assert_array_equal(s.neighbours_of(0, 3)["nbr.rows"], [[2.0, 2.0]])   # client 1 shares items 1, 2
+    np.testing.assert_array_equal(s.neighbours_of(0, 3)["nbr.index"][:, 0], [0, 0])
+    d = s.configure_phase(Phase.TRAIN, 3, [0, 1])
+    assert set(d.shared) == set(s.weights) | {"item.weight"}
