@@ -111,10 +111,9 @@ def gradients(w: dict[str, np.ndarray], table: np.ndarray, user: np.ndarray, his
     hpos = np.where(hist >= 0, np.searchsorted(ids, np.maximum(hist, 0)), len(ids))
     hist_emb = ext[torch.as_tensor(hpos, device=device)].unsqueeze(0)
     cand = sub[torch.as_tensor(np.searchsorted(ids, items), device=device)].unsqueeze(0)
-    nbr, nmask = pergnn.neighbour_tensor(torch.as_tensor(nbr_rows, device=device).unsqueeze(0),
-                                         torch.as_tensor(nbr_index, device=device).unsqueeze(0))
-    logit = pergnn.forward(wt, u, hist_emb, torch.as_tensor(hist >= 0, device=device).unsqueeze(0), nbr, nmask,
-                           cand, neighbour_softmax=opts["neighbour_softmax"], history_mask=opts["history_mask"],
+    logit = pergnn.forward(wt, u, hist_emb, torch.as_tensor(hist >= 0, device=device).unsqueeze(0),
+                           torch.as_tensor(nbr_rows, device=device).unsqueeze(0),
+                           torch.as_tensor(nbr_index, device=device).unsqueeze(0), cand, neighbour_softmax=opts["neighbour_softmax"], history_mask=opts["history_mask"],
                            pool=opts["pool"], drop_user=torch.as_tensor(drop_user, device=device).unsqueeze(0),
                            drop_item=torch.as_tensor(drop_item, device=device).unsqueeze(0))[0]
     loss = F.binary_cross_entropy_with_logits(logit, torch.as_tensor(labels, dtype=torch.float32, device=device))
@@ -246,12 +245,11 @@ class FedPerGNNClient(OneUserBase):
                     xs.append(ix)
                 hist = torch.as_tensor(np.stack(hs), device=dev)
                 hist_emb = ext[torch.where(hist >= 0, hist, torch.full_like(hist, table.shape[0]))]
-                nbr, nmask = pergnn.neighbour_tensor(torch.as_tensor(rs, device=dev),
-                                                     torch.as_tensor(np.stack(xs), device=dev))
                 user = torch.as_tensor(np.stack([sts[j]["user"] for j in part]), device=dev)
                 it = items[a:a + EVAL_CHUNK]
                 with torch.no_grad():
-                    lg = pergnn.forward(w, user, hist_emb, hist >= 0, nbr, nmask, table[it], **opts)
+                    lg = pergnn.forward(w, user, hist_emb, hist >= 0, torch.as_tensor(rs, device=dev),
+                                        torch.as_tensor(np.stack(xs), device=dev), table[it], **opts)
                 out.append(lg.cpu().numpy().astype(np.float32))
             return np.concatenate(out, 0)
 

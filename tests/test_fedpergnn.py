@@ -106,8 +106,10 @@ def test_network_equals_the_brute_force_of_model_py(softmax_nbr, mask_rule, pool
     wt = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in w.items()}
     nb, nm = pergnn.neighbour_tensor(torch.as_tensor(rows, dtype=torch.float64)[None], torch.as_tensor(index)[None])
     assert torch.equal(nm[0], torch.as_tensor(index >= 0))
+    np.testing.assert_array_equal(nb[0].numpy(), nbr)
     got = pergnn.forward(wt, torch.as_tensor(user, dtype=torch.float64)[None],
-                         torch.as_tensor(hist_emb, dtype=torch.float64)[None], torch.as_tensor(hist >= 0)[None], nb, nm,
+                         torch.as_tensor(hist_emb, dtype=torch.float64)[None], torch.as_tensor(hist >= 0)[None],
+                         torch.as_tensor(rows, dtype=torch.float64)[None], torch.as_tensor(index)[None],
                          torch.as_tensor(table[cand_ids], dtype=torch.float64)[None], neighbour_softmax=softmax_nbr,
                          history_mask=mask_rule, pool=pool)[0].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)

@@ -73,24 +73,35 @@ def _dense(w, name: str, x: torch.Tensor) -> torch.Tensor:
     return x @ w[f"gnn.{name}.kernel"] + w[f"gnn.{name}.bias"]
 
 
-def items_side(w, hist_emb: torch.Tensor, nbr: torch.Tensor, nbr_mask: torch.Tensor,
+def items_side(w, hist_emb: torch.Tensor, rows: torch.Tensor, index: torch.Tensor,
                neighbour_softmax: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The history items and their GAT aggregation over the neighbours (model.py:32-42).
 
     ``hist_emb`` B × H × d: the history items' rows (the padding row on padded slots);
-    ``nbr`` B × H × K × d: the neighbours' user embeddings (zeros on empty slots);
-    ``nbr_mask`` B × H × K bool: slot present. Returns (e: B × H × d, g: B × H × d)."""
+    ``rows`` B × U × d: the distinct neighbour user vectors a client received; ``index``
+    B × H × K: each slot's row in ``rows`` (−1: empty, the code's all-zero neighbour).
+    Returns (e: B × H × d, g: B × H × d).
+
+    The neighbour transform W_n n + b_n is applied to the U distinct rows (and to one zero row,
+    which empty slots take: W_n·0 + b_n = b_n, as in the code) before they are gathered into the
+    H × K slots, and w_g·[e ‖ m] is computed as w_g[:d]·e + w_g[d:]·m: the same numbers as the
+    code's per-slot Dense layers, without an H·K·d × d product."""
     e = torch.sigmoid(_dense(w, "hist", hist_emb))
-    m = _dense(w, "nbr", nbr)
-    k = m.shape[-2]
-    s = F.leaky_relu(_dense(w, "gat", torch.cat([e.unsqueeze(-2).expand(*e.shape[:-1], k, e.shape[-1]), m], -1)),
-                     LEAKY)[..., 0]
+    index = index.long()
+    b, _, d = rows.shape
+    mrow = _dense(w, "nbr", torch.cat([rows, rows.new_zeros(b, 1, d)], 1))          # B × (U+1) × d
+    safe = torch.where(index < 0, torch.full_like(index, rows.shape[1]), index)
+    flat = safe.reshape(b, -1)
+    m = torch.gather(mrow, 1, flat.unsqueeze(-1).expand(b, flat.shape[1], d)).reshape(*index.shape, d)
+    present = index >= 0
+    k = w["gnn.gat.kernel"]
+    s = F.leaky_relu((e @ k[:d]) + (m @ k[d:]).squeeze(-1) + w["gnn.gat.bias"], LEAKY)   # B × H × K
     if neighbour_softmax:
-        a = torch.softmax(s.masked_fill(~nbr_mask, float("-inf")), -1)
-        a = torch.where(nbr_mask.any(-1, keepdim=True), a, torch.zeros_like(a))   # no neighbour: nothing
+        a = torch.softmax(s.masked_fill(~present, float("-inf")), -1)
+        a = torch.where(present.any(-1, keepdim=True), a, torch.zeros_like(a))   # no neighbour: nothing
     else:
-        a = s + (~nbr_mask).to(s.dtype) * CODE_MASK
-    agg = (a.unsqueeze(-1) * m).sum(-2)
+        a = s + (~present).to(s.dtype) * CODE_MASK
+    agg = torch.einsum("bhk,bhkd->bhd", a, m)
     return e, _dense(w, "agg", torch.cat([agg, e], -1))
 
 
@@ -132,8 +143,9 @@ def logits(w, z: torch.Tensor, cand_emb: torch.Tensor, drop_item: torch.Tensor |
 
 
 def neighbour_tensor(rows: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The B × H × K × d neighbour tensor and its mask from the distinct rows a client received
-    (``rows`` B × U × d) and the slots' indices into them (``index`` B × H × K, −1: empty)."""
+    """The code's dense B × H × K × d neighbour tensor (zeros on empty slots, ``expansion.py:49-59``)
+    and its mask, from the distinct rows (``rows`` B × U × d) and the slots' indices (``index``
+    B × H × K, −1: empty). :func:`items_side` does not need it; it documents the layout."""
     b, _, d = rows.shape
     padded = torch.cat([rows, rows.new_zeros(b, 1, d)], 1)
     safe = torch.where(index < 0, torch.full_like(index, rows.shape[1]), index)
@@ -142,10 +154,10 @@ def neighbour_tensor(rows: torch.Tensor, index: torch.Tensor) -> tuple[torch.Ten
     return out.reshape(*index.shape, d), index >= 0
 
 
-def forward(w, user, hist_emb, hist_mask, nbr, nbr_mask, cand_emb, *, neighbour_softmax=True,
+def forward(w, user, hist_emb, hist_mask, rows, index, cand_emb, *, neighbour_softmax=True,
             history_mask="correct", pool="aggregated", drop_user=None, drop_item=None) -> torch.Tensor:
     """Logits of B clients on R candidates each (``cand_emb`` B × R × d)."""
-    e, g = items_side(w, hist_emb, nbr, nbr_mask, neighbour_softmax)
+    e, g = items_side(w, hist_emb, rows, index, neighbour_softmax)
     if drop_user is None:
         drop_user = torch.ones_like(cand_emb)
     z = user_side(w, user, e, g, hist_mask, history_mask, pool, drop_user)
