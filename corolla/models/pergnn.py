@@ -118,8 +118,8 @@ def user_side(w, user: torch.Tensor, e: torch.Tensor, g: torch.Tensor, hist_mask
         p = p * drop_user                                                  # B × R × d
     b, r, d = p.shape
     h = g.shape[1]
-    t = F.leaky_relu(_dense(w, "att", torch.cat([p.unsqueeze(2).expand(b, r, h, d),
-                                                  g.unsqueeze(1).expand(b, r, h, d)], -1)), LEAKY)[..., 0]
+    k = w["gnn.att.kernel"]                       # w_t·[p ‖ g_h] = w_t[:d]·p + w_t[d:]·g_h: no R × H × 2d tensor
+    t = F.leaky_relu((p @ k[:d]) + (g @ k[d:]).squeeze(-1).unsqueeze(1) + w["gnn.att.bias"], LEAKY)   # B × R × H
     real = hist_mask.unsqueeze(1).expand(b, r, h)
     if history_mask == "correct":
         beta = torch.softmax(t.masked_fill(~real, float("-inf")), -1)
