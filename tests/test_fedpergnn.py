@@ -3,7 +3,7 @@
 the Laplace scale, the pseudo items and the label cast by hand, the server's FedSGD step and the
 code's server noise by hand, the matching party against the authors' ``expansion.py`` run
 unchanged on a tiny matrix (``tests/golden/fedpergnn_expansion.json``), the declaration's checks,
-and a small in-process run that learns."""
+the checkpoint, a small in-process run that learns and the label cast's all-zero training target."""
 
 import json
 from pathlib import Path
@@ -364,3 +364,25 @@ def test_checkpoint_round_trip():
     np.testing.assert_array_equal(s.neighbours_of(0, 3)["nbr.index"][:, 0], [0, 0])
     d = s.configure_phase(Phase.TRAIN, 3, [0, 1])
     assert set(d.shared) == set(s.weights) | {"item.weight"}
+
+
+def test_the_label_cast_trains_on_zero_labels(tmp_path, data_dir):
+    """fedpergnn-label-cast = true: every 0/1 label becomes int32(y/100) = 0, so the clients' mean
+    BCE falls to ~0 within a few steps (the model outputs 0 everywhere: the code's training target);
+    with the labels as they are (one positive in five rows) it cannot."""
+    import json as js
+
+    from server_app.app import run_federation
+    from tests.inproc import InProcessTransport, partitions
+
+    small = ("num-rounds=4 eval-every=4 min-user-interactions=300 clients-per-round=8 fedpergnn-noise-rule=none "
+             "lr=2 fedpergnn-clip=1 fedpergnn-neighbours=10 fedpergnn-history-len=20")
+    loss = {}
+    for cast in ("false", "true"):
+        t = InProcessTransport(partitions(1, {"data-dir": data_dir}))
+        run_federation(t, {"preset": PRESET, "set": f"{small} fedpergnn-label-cast={cast}",
+                           "out-dir": str(tmp_path / cast), "data-dir": data_dir})
+        loss[cast] = [js.loads(x)["train"]["train-loss"] for x in (tmp_path / cast / "rounds.jsonl").open()]
+    assert loss["true"][0] != loss["false"][0]          # round 1: the same model, other labels
+    assert loss["true"][-1] < 1e-3, loss
+    assert min(loss["false"]) > 0.3, loss
