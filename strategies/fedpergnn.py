@@ -31,8 +31,10 @@ message): the network and the item table once per node.
 from __future__ import annotations
 
 import time
+from logging import INFO
 
 import numpy as np
+from flwr.common.logger import log
 
 from corolla.expansion import MatchingParty
 from corolla.models import pergnn
@@ -76,9 +78,6 @@ class FedPerGNN(CorollaStrategy):
             -pergnn.EMB_SCALE, pergnn.EMB_SCALE, (self.n_items, d)).astype(np.float32)
 
     def summary(self) -> None:
-        from logging import INFO
-
-        from flwr.common.logger import log
         log(INFO, "FedPerGNN: %s", {k: self.cfg[k] for k in self.cfg if k.startswith("fedpergnn-")
                                       or k in ("clients-per-round", "dim", "lr", "num-rounds")})
 

@@ -370,8 +370,6 @@ def test_the_label_cast_trains_on_zero_labels(tmp_path, data_dir):
     """fedpergnn-label-cast = true: every 0/1 label becomes int32(y/100) = 0, so the clients' mean
     BCE falls to ~0 within a few steps (the model outputs 0 everywhere: the code's training target);
     with the labels as they are (one positive in five rows) it cannot."""
-    import json as js
-
     from server_app.app import run_federation
     from tests.inproc import InProcessTransport, partitions
 
@@ -382,7 +380,7 @@ def test_the_label_cast_trains_on_zero_labels(tmp_path, data_dir):
         t = InProcessTransport(partitions(1, {"data-dir": data_dir}))
         run_federation(t, {"preset": PRESET, "set": f"{small} fedpergnn-label-cast={cast}",
                            "out-dir": str(tmp_path / cast), "data-dir": data_dir})
-        loss[cast] = [js.loads(x)["train"]["train-loss"] for x in (tmp_path / cast / "rounds.jsonl").open()]
+        loss[cast] = [json.loads(x)["train"]["train-loss"] for x in (tmp_path / cast / "rounds.jsonl").open()]
     assert loss["true"][0] != loss["false"][0]          # round 1: the same model, other labels
     assert loss["true"][-1] < 1e-3, loss
     assert min(loss["false"]) > 0.3, loss
