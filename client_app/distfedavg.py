@@ -33,13 +33,9 @@ from torch.nn import functional as F
 
 from client_app.base import LogicalClient, PhaseResult
 from corolla import metrics as M
+from corolla.expansion import hash_items
 from corolla.models.lightgcn import propagate as lightgcn
-from corolla.util import rng, stable_seed
-
-
-def hash_items(items: np.ndarray, salt: int) -> np.ndarray:
-    """Salted 63-bit hashes of item ids (what the matching party sees)."""
-    return np.array([stable_seed("item", salt, int(i)) & ((1 << 63) - 1) for i in items], np.int64)
+from corolla.util import rng
 
 
 class ExpandedClient(LogicalClient):

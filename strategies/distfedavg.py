@@ -5,7 +5,7 @@ Round 1 has two setup phases before training:
 
 * ``expand`` (every client): each sends its salted hashed training item ids to the **matching
   party** (the paper's trusted third party) and the plain ids of the rows it will pull. In Corolla
-  the matching party is :class:`MatchingParty`, a component of the ServerApp process kept apart
+  the matching party is :class:`corolla.expansion.MatchingParty`, a component of the ServerApp process kept apart
   from the aggregation state: it learns, per client, the salted hashes of its items (the salt is
   the run's seed, so a party that knows the item universe could invert them: the hashing protects
   only against an outside observer, as the paper drops FedPerGNN's pseudo-items and noise) and
@@ -31,46 +31,11 @@ import numpy as np
 from flwr.common.logger import log
 
 from corolla import rowagg
+from corolla.expansion import MatchingParty
 from corolla.protocol import ArraySpec
 from corolla.round import DEFAULT_CONTROL, Download, Phase
 from corolla.util import rng
 from strategies.base import CorollaStrategy
-
-class MatchingParty:
-    """The trusted third party of the expansion (FedPerGNN expansion.py:21-59): matches hashed item
-    ids across clients; caps ``max-items`` per client and ``max-neighbors-per-item`` (0: none)."""
-
-    def __init__(self, seed: int, max_items: int, max_neighbours: int):
-        self.seed, self.max_items, self.max_neighbours = seed, max_items, max_neighbours
-        self.items_of: dict[int, np.ndarray] = {}
-
-    def register(self, cid: int, hashes: np.ndarray) -> None:
-        self.items_of[cid] = np.asarray(hashes, np.int64)
-
-    def match(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Per client: (U_c sorted, edges (k, 2): index into U_c, index into its sorted items)."""
-        holders: dict[int, list[int]] = {}
-        for c in sorted(self.items_of):
-            for h in self.items_of[c].tolist():
-                holders.setdefault(h, []).append(c)
-        out = {}
-        for c in sorted(self.items_of):
-            hashes = self.items_of[c]
-            idx = np.arange(len(hashes))
-            g = rng(self.seed, "expansion", c)
-            if self.max_items and len(idx) > self.max_items:
-                idx = np.sort(g.permutation(len(idx))[: self.max_items])
-            pairs = []
-            for k in idx.tolist():
-                who = [v for v in holders[int(hashes[k])] if v != c]
-                if self.max_neighbours and len(who) > self.max_neighbours:
-                    who = sorted(g.permutation(who)[: self.max_neighbours].tolist())
-                pairs += [(v, k) for v in who]
-            users = np.array(sorted({v for v, _ in pairs}), np.int64)
-            pos = {v: j for j, v in enumerate(users.tolist())}
-            edges = np.array([(1 + pos[v], k) for v, k in pairs], np.int64).reshape(-1, 2)
-            out[c] = (users, edges)
-        return out
 
 
 class RowAggregation(CorollaStrategy):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from corolla import rowagg
+from corolla.expansion import MatchingParty
 from server_app.app import run_federation
-from strategies.distfedavg import MatchingParty
 from tests.inproc import InProcessTransport, partitions
 from tests.tolerance import assert_far_beyond, f32_train_atol
 

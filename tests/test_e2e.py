@@ -363,6 +363,17 @@ def test_fedrecon_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                 inproc_nodes=2)
 
 
+def test_fedpergnn_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """FedPerGNN over 2 real SuperNodes (round 1's expansion and matching through every client, the
+    network and the item table once per node, per client its neighbour rows; 8 clients a round
+    upload gradients with 100 pseudo items and Laplace noise) gives the in-process numbers and bytes
+    on 54 users."""
+    superlink_equals_in_process(tmp_path, data_dir, "fedpergnn-ufgraphfr-ml100k",
+                                ["num-rounds=2", "min-user-interactions=300", "clients-per-round=8",
+                                 "fedpergnn-neighbours=10", "fedpergnn-history-len=20", "fedpergnn-pseudo-items=100",
+                                 "phase-timeout=120"], inproc_nodes=2)
+
+
 def test_central_reference_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """The centralised reference (one logical client holding every user, on one of the 2 real
     SuperNodes; nothing is uploaded) gives the in-process numbers."""
