@@ -15,7 +15,8 @@ client computation, training_process.py:414). Round t, per client (one user):
    models.py:359-377), seeded by (seed, client, round);
 3. **reconstruction**: one SGD step (``fedrecon-recon-lr``) per reconstruction batch on the user
    vector only, the received table frozen (training_process.py:325-342);
-4. **table update**: one SGD step (``lr``) per update batch on the item table only (with
+4. **table update**: one SGD step (``lr``; with ``fedrecon-table-lr-eta`` > 0 UFGraphFR's code base's
+   item rate lr·M·eta − lr) per update batch on the item table only (with
    ``fedrecon-joint`` the user vector too), the user vector frozen (l.344-364);
 5. upload: the item table (or, with ``item-upload = rows``, the rows it trained) and
    ``num-examples`` = the examples of step 4 (l.393-396).
@@ -104,10 +105,18 @@ def _steps(samples, plans: list[Plan], which: str, dev):
                torch.as_tensor(lab, device=dev), torch.as_tensor(mask, device=dev))
 
 
+def table_lr(lr: float, n_items: int, eta: float) -> float:
+    """The item table's client learning rate: ``lr`` (``eta`` = 0, the authors' code) or UFGraphFR's
+    code base's item group lr·M·eta − lr (``fedrecon-table-lr-eta``; its engines, lr_eta = 80)."""
+    return lr * n_items * eta - lr if eta > 0 else lr
+
+
 def fedrecon_stacked(params: dict[str, torch.Tensor], samples, plans: list[Plan], recon_lr: float, lr: float,
-                     joint: bool, loss: str) -> tuple[dict[str, torch.Tensor], np.ndarray]:
-    """Reconstruction then table update (plain SGD) of B stacked one-user MF models in place.
+                     joint: bool, loss: str, item_lr: float | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    """Reconstruction then table update (plain SGD) of B stacked one-user MF models in place; the
+    table steps with ``item_lr`` (default ``lr``), the user vector (``joint``) with ``lr``.
     Returns (params, the mean batch loss of each client's update steps, weighted by batch size)."""
+    item_lr = lr if item_lr is None else item_lr
     dev = params["item.weight"].device
     cum, cnt = np.zeros(len(plans)), np.zeros(len(plans))
     for act, idx, it, lab, mask in _steps(samples, plans, "recon", dev):          # step 3
@@ -121,7 +130,7 @@ def fedrecon_stacked(params: dict[str, torch.Tensor], samples, plans: list[Plan]
         lv = batch_loss(user, table, it, lab, mask, loss)
         lv.sum().backward()
         with torch.no_grad():
-            params["item.weight"][idx] = table - lr * table.grad
+            params["item.weight"][idx] = table - item_lr * table.grad
             if joint:
                 params["user.weight"][idx] = user - lr * user.grad
         n = mask.sum(1).cpu().numpy()
@@ -160,7 +169,8 @@ class FedReconClient(OneUserBase):
         plans = FedReconClient.plans(clients, samples, perms, evaluation)
         purpose = "fedrecon-eval-user" if evaluation else "fedrecon-user"
         starts = [{"user.weight": c.fresh_user(purpose, rnd), "item.weight": table} for c in clients]
-        trainer = partial(fedrecon_stacked, recon_lr=p.fedrecon_recon_lr, lr=cfg["lr"], joint=p.fedrecon_joint,
+        trainer = partial(fedrecon_stacked, recon_lr=p.fedrecon_recon_lr, lr=cfg["lr"],
+                          item_lr=table_lr(cfg["lr"], len(table), p.fedrecon_table_lr_eta), joint=p.fedrecon_joint,
                           loss=p.fedrecon_loss)
         trained, losses = train_users(starts, samples, plans, trainer, dev,
                                       dense=not (evaluation or rows_mode(p)))

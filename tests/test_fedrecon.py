@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from client_app.fedrecon import Plan, fedrecon_stacked, plan
+from client_app.fedrecon import Plan, fedrecon_stacked, plan, table_lr
 from corolla import methods
 from corolla.config import resolve
 from corolla.keys import ConfigError
@@ -181,3 +181,11 @@ def test_a_run_is_stateless_and_rows_upload_gives_the_same_numbers(tmp_path, dat
     assert out["rows"]["bytes_up"] < out["full"]["bytes_up"] / 2
     states = list((tmp_path / "full").rglob("c*.r*.npz"))
     assert states and all(not np.load(p).files for p in states)
+
+
+def test_the_table_rate_is_lr_or_ufgraphfrs_item_rule():
+    assert table_lr(0.1, 1682, 0.0) == 0.1                      # the authors' code: the core lr
+    assert abs(table_lr(0.1, 1682, 80.0) - 13455.9) < 1e-9      # 0.1 · 1682 · 80 − 0.1 (UFGraphFR's engines)
+    assert abs(table_lr(0.01, 10, 2.0) - 0.19) < 1e-12          # 0.01 · 10 · 2 − 0.01
+    with pytest.raises(ConfigError, match="fedrecon-table-lr-eta"):
+        resolve("fedrecon-ufgraphfr-ml100k", {"fedrecon-table-lr-eta": -1.0}, None)

@@ -21,6 +21,7 @@ KEYS = {
     "fedrecon-init": Key("uniform", "FedRecon: initial user vector (each round) and item table: U(−s, s) ('uniform', Keras' 'uniform' initializer of the code's UserEmbedding and Embedding, s = fedrecon-init-scale) or N(0, init-std²) ('normal')", ("uniform", "normal")),
     "fedrecon-init-scale": Key(0.05, "FedRecon: s of the uniform initialisation (Keras' default 0.05)"),
     "fedrecon-eval-split": Key(False, "FedRecon evaluation: reconstruct on the even-indexed batches only (the code's evaluation split) instead of on every training row of the round (the held-out candidates are the query set either way)"),
+    "fedrecon-table-lr-eta": Key(0.0, "FedRecon: the item table's client learning rate is the core 'lr' (0, the authors' code) or, with eta > 0, UFGraphFR's code base's item-table rate lr·M·eta − lr (its engines' item group; lr_eta = 80 in its Appendix A, the uniform setting of its Table 4)"),
     "fedrecon-loss": Key("bce", "FedRecon: BCE on sigmoid(p_u · q_i) ('bce', UFGraphFR's implicit protocol) or MSE on the raw p_u · q_i ('mse', the code's MF regression loss) against the 0/1 labels", ("bce", "mse")),
 }
 
@@ -32,6 +33,8 @@ def check(cfg):
     for k in ("fedrecon-recon-steps", "fedrecon-post-steps"):
         if cfg[k] < 0:
             raise ConfigError(f"config key '{k}': expected >= 0 (0 = no cap), got {cfg[k]}")
+    if cfg["fedrecon-table-lr-eta"] < 0:
+        raise ConfigError(f"config key 'fedrecon-table-lr-eta': expected >= 0 (0 = the core 'lr'), got {cfg['fedrecon-table-lr-eta']}")
     if cfg["fedrecon-recon-lr"] < 0 or cfg["fedrecon-server-lr"] <= 0 or cfg["fedrecon-init-scale"] <= 0:
         raise ConfigError("config keys 'fedrecon-*': expected recon-lr >= 0, server-lr > 0, init-scale > 0")
 
