@@ -43,6 +43,7 @@ from torch.nn import functional as F
 from client_app.base import PhaseResult
 from client_app.oneuser import OneUserBase, evaluate_stacked, round_samples, rows_mode, rows_upload
 from corolla.models.stacked import train_users
+from corolla.models.ufgraphfr import learning_rates
 from corolla.util import rng
 
 
@@ -107,8 +108,9 @@ def _steps(samples, plans: list[Plan], which: str, dev):
 
 def table_lr(lr: float, n_items: int, eta: float) -> float:
     """The item table's client learning rate: ``lr`` (``eta`` = 0, the authors' code) or UFGraphFR's
-    code base's item group lr·M·eta − lr (``fedrecon-table-lr-eta``; its engines, lr_eta = 80)."""
-    return lr * n_items * eta - lr if eta > 0 else lr
+    code base's item group (``fedrecon-table-lr-eta``; the rule its UFGraphFR/GPFedRec engines use,
+    :func:`corolla.models.ufgraphfr.learning_rates`)."""
+    return learning_rates(lr, eta, n_items)["item"] if eta > 0 else lr
 
 
 def fedrecon_stacked(params: dict[str, torch.Tensor], samples, plans: list[Plan], recon_lr: float, lr: float,
