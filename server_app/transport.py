@@ -50,7 +50,7 @@ class Transport(Protocol):
 
 
 class GridTransport:
-    def __init__(self, grid: Grid, poll_s: float = 0.2, pull_batch: int = 4):
+    def __init__(self, grid: Grid, poll_s: float = 0.05, pull_batch: int = 4):
         self.grid = grid
         self.poll_s = poll_s
         self.pull_batch = pull_batch  # replies pulled per call: bounds the replies held at once

@@ -114,6 +114,26 @@ def test_executor_internals_are_the_ones_read(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", LINE_NAMES)
+def test_clientapp_fab_install_is_the_one_read(name):
+    """reuse_installed_fab rests on this code: the ClientApp calls the module's ``install_from_fab``
+    name with the FAB's bytes and ``skip_prompt=True`` for every message, and Flower installs to
+    ``$FLWR_HOME/apps/<publisher>.<name>.<version>.<sha256[:8]>``, returning that folder unchanged
+    when it exists."""
+    got = _on_line(name)
+    import importlib
+
+    from flwr.cli import install
+    rc = importlib.import_module(got.clientapp_runtime_module)
+    assert rc.install_from_fab is install.install_from_fab or getattr(rc.install_from_fab, "corolla_reuses_installed", False)
+    assert "install_from_fab(fab.content, skip_prompt=True)" in inspect.getsource(rc.run_clientapp)
+    src = inspect.getsource(install.validate_and_install)
+    assert 'f"{publisher}.{project_name}.{version}.{fab_hash[:FAB_HASH_TRUNCATION]}"' in src
+    assert "if install_path.exists():\n        if skip_prompt:\n            return install_path" in src
+    assert "fab_hash = hashlib.sha256(fab_file).hexdigest()" in inspect.getsource(install.install_from_fab)
+    assert (install.APP_DIR, install.FAB_HASH_TRUNCATION) == ("apps", 8)
+
+
+@pytest.mark.parametrize("name", LINE_NAMES)
 def test_fleet_transport_is_the_one_read(name):
     """1.39: the SuperNode speaks gRPC (``--grpc-rere``, the default) to ``--fleet-api-address``;
     1.42: no gRPC transport in the SuperNode, the SuperLink serves Fleet over HTTP on --host/--port and
@@ -163,8 +183,11 @@ def restore_flower():
     saved_mod = (sci.time, sci.subprocess)
     funcs = compat._pull_functions(got)
     saved_kw = [dict(f.__kwdefaults__) for f in funcs]
+    rc = importlib.import_module(got.clientapp_runtime_module)
+    saved_install = rc.install_from_fab
     yield got
     sci.time, sci.subprocess = saved_mod
+    rc.install_from_fab = saved_install
     for f, kw in zip(funcs, saved_kw):
         f.__kwdefaults__.clear()
         f.__kwdefaults__.update(kw)
@@ -191,6 +214,39 @@ def test_set_pull_backoff_changes_both_functions_and_nothing_else(restore_flower
     assert compat.pull_backoff() == 0.02
 
 
+def test_an_installed_fab_is_not_extracted_again(restore_flower, tmp_path, monkeypatch):
+    """The first message installs the FAB with Flower's own code; later ones get the same folder
+    without extracting the bundle; another bundle (new hash) is installed by Flower again."""
+    import importlib
+
+    from flwr.cli import archive_utils, install
+    from flwr.cli.build import build_fab_from_disk
+
+    from launcher import fab as fabmod
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    content = build_fab_from_disk(fabmod.stage(ROOT, tmp_path / "app"))
+    rc = importlib.import_module(restore_flower.clientapp_runtime_module)
+    assert compat.reuse_installed_fab() and compat.reuse_installed_fab()   # the second call changes nothing
+    assert rc.install_from_fab.corolla_reuses_installed
+    extracted = []
+    stock_extract = archive_utils.safe_extract_zip
+    monkeypatch.setattr(install, "safe_extract_zip", lambda *a: (extracted.append(1), stock_extract(*a))[1])
+    first = rc.install_from_fab(content, skip_prompt=True)
+    assert extracted == [1] and first == compat.installed_fab_path(content) and (first / "pyproject.toml").is_file()
+    assert first.name.endswith("." + __import__("hashlib").sha256(content).hexdigest()[:8])
+    assert rc.install_from_fab(content, skip_prompt=True) == first and extracted == [1]
+    app2 = fabmod.stage(ROOT, tmp_path / "app2")
+    readme = app2 / "README.md"
+    text = readme.read_text()
+    readme.unlink()   # a hard link to the checkout's file: replace it, never write through it
+    readme.write_text(text + "\n")
+    other = build_fab_from_disk(app2)
+    second = rc.install_from_fab(other, skip_prompt=True)
+    assert extracted == [1, 1] and second != first and second == compat.installed_fab_path(other)
+    with pytest.raises(Exception):   # not a FAB: Flower's own code says why
+        rc.install_from_fab(b"not a zip", skip_prompt=True)
+
+
 def test_another_flower_runs_stock_with_one_warning(restore_flower, monkeypatch):
     """On a release not read (here 1.43.0 stands in) nothing of Flower's changes and the process
     warns once, however many patches are asked for."""
@@ -207,6 +263,7 @@ def test_another_flower_runs_stock_with_one_warning(restore_flower, monkeypatch)
         assert not compat.install_waits(0.05, 0.05)
         assert not compat.set_pull_backoff(0.02, 1.0)
         assert not compat.replace_superexec_command(object())
+        assert not compat.reuse_installed_fab()
         assert not compat.forking_supported()
     assert len(caught) == 1 and "Flower 1.43.0 is not a release whose internals Corolla has read" in str(caught[0].message)
     assert sci.time is time and sci.subprocess is subprocess
