@@ -8,6 +8,7 @@ import numpy as np
 from client_app.base import PhaseResult
 from client_app.mf import ParamClient
 from corolla.models.similarity import finetune, finetune_many, similarity, svd_factors
+from corolla.noise import laplace_noise
 from corolla.util import rng, stable_seed
 
 
@@ -29,7 +30,7 @@ class FedCIAParamClient(ParamClient):
         c = similarity(model.item.weight.detach().cpu().numpy())
         b = self.p.laplace_scale
         if b > 0:
-            c = c + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, c.shape).astype(np.float32)
+            c = c + laplace_noise(rng(self.cfg["seed"], "laplace", self.cid, rnd), b, c.shape, self.p.laplace_sampler)
         if self.p.fedcia_upload == "svd":
             vh, s = svd_factors(c, self.p.svd_rank or self.cfg["dim"], self.p.fedcia_svd_solver,
                                 stable_seed(self.cfg["seed"], "svd", self.cid, rnd))

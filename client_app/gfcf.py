@@ -16,6 +16,7 @@ import numpy as np
 
 from client_app.base import LogicalClient, PhaseResult
 from corolla.models.gfcf import gfcf_filter, ideal_basis, normalise
+from corolla.noise import laplace_noise
 from corolla.util import rng
 
 
@@ -46,7 +47,7 @@ class GFCFClient(LogicalClient):
         f = self.filter(v)
         b = self.p.laplace_scale
         if b > 0:
-            f = f + rng(self.cfg["seed"], "laplace", self.cid, rnd).laplace(0.0, b, f.shape).astype(np.float32)
+            f = f + laplace_noise(rng(self.cfg["seed"], "laplace", self.cid, rnd), b, f.shape, self.p.laplace_sampler)
         return PhaseResult(payload={"filter": f}, metrics={"num-examples": self.num_train}, state={"basis": v})
 
     @staticmethod
