@@ -61,7 +61,9 @@ def pack(per_client: dict[int, dict[str, np.ndarray]], max_bytes: int = PACK_MAX
             out[f"g{g}/cids"] = np.asarray(part, np.int64)
             for k, _, _ in sig:
                 arrs = [np.asarray(per_client[c][k]) for c in part]
-                if all(x.shape == arrs[0].shape for x in arrs):
+                if len(arrs) == 1:   # one client's (large) array: a view with the stack axis, not a copy
+                    out[f"g{g}/{k}"] = arrs[0][np.newaxis]
+                elif all(x.shape == arrs[0].shape for x in arrs):
                     out[f"g{g}/{k}"] = np.stack(arrs)
                 else:
                     out[f"g{g}/{k}"] = np.concatenate(arrs)

@@ -109,6 +109,22 @@ def test_ragged_packing_round_trip_and_malformed_lengths():
         unpack(bad)
 
 
+def test_a_large_array_is_packed_one_client_per_stack_without_a_copy():
+    """Arrays above the stack bound (GF-CF's 11.3 MB filters) go one client per group as a view
+    with the stack axis: packing 50 of them copies nothing (it copied 566 MB per node before)."""
+    from corolla.protocol import PACK_MAX_BYTES, pack, unpack
+
+    n = PACK_MAX_BYTES // 4 + 1   # float32 entries: just over the bound
+    pc = {c: {"filter": np.full(n, c, np.float32)} for c in range(3)}
+    packed = pack(pc)
+    assert sorted(k for k in packed if k.endswith("/filter")) == ["g0/filter", "g1/filter", "g2/filter"]
+    for g, c in enumerate(range(3)):
+        a = packed[f"g{g}/filter"]
+        assert a.shape == (1, n) and np.shares_memory(a, pc[c]["filter"])
+    back = unpack(packed)
+    assert all(np.array_equal(back[c]["filter"], pc[c]["filter"]) for c in pc)
+
+
 def test_the_num_examples_bound_is_computed_once_per_phase_not_per_client(tmp_path, data_dir, monkeypatch):
     from server_app.exchange import Exchanger
 
