@@ -15,11 +15,12 @@ Flower's way):
 
 * :func:`fork_executor_class` — a ``SubprocessExecutor`` whose ``launch`` hands ClientApp tasks to
   the fork server (other task types go the stock way);
-* :func:`serve` — the fork server (``python -m launcher.warm``): a single-threaded process that
-  imports only third-party modules (never the app: the FAB's code must be the one that runs),
-  then forks one child per task line read on stdin. The SuperNode process starts it first thing
-  (:func:`install`) and its SuperExec inherits the task pipe, so the imports overlap the
-  SuperNode's own start;
+* :func:`serve` — the fork server: a single-threaded process that imports only third-party
+  modules (never the app: the FAB's code must be the one that runs), then forks one child per
+  task line read from its task pipe. The SuperNode process forks it first thing, once Flower's
+  SuperNode package is imported (:func:`install`, :func:`fork_server`; ``python -m launcher.warm
+  serve`` where it cannot fork), and its SuperExec inherits the task pipe, so the imports overlap
+  the SuperNode's own start;
 * :func:`superexec_main` — ``flower-superexec`` with ``get_executor`` answering the fork executor
   for the subprocess executor type;
 * :class:`SuperExecCommand` — stands in for ``subprocess`` inside
@@ -199,6 +200,64 @@ def start_server() -> subprocess.Popen:
                             start_new_session=False)
 
 
+class ForkedServer:
+    """The fork server as a fork of this process (what :func:`fork_server` returns): the parts of
+    ``subprocess.Popen`` that the SuperNode side uses (``pid``, ``stdin``, ``poll``, ``terminate``)."""
+
+    def __init__(self, pid: int, stdin):
+        self.pid, self.stdin, self.returncode = pid, stdin, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = self.pid, 0
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def terminate(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def fork_server(preimport: tuple[str, ...] = ()):
+    """The fork server forked from this process once it has imported ``preimport`` (the modules
+    this process imports next anyway: a SuperNode imports Flower's SuperNode package, which the
+    ClientApp's entry point needs too), so the server does not import them a second time (1.3 s of
+    a core per node on Flower 1.42, while every process of a run starts at once). Forked only while
+    this process has one thread (a fork of a threaded process may inherit a held lock); otherwise,
+    or where ``fork`` is missing, :func:`start_server`."""
+    import importlib
+    import threading
+    for name in preimport:
+        importlib.import_module(name)
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return start_server()
+    r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:   # the server: reads tasks from r until every writer has closed w
+        code = 0
+        try:
+            os.close(w)
+            serve(stdin=os.fdopen(r, "r"))
+        except BaseException:  # noqa: BLE001 - never return into the SuperNode's code
+            import traceback
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(r)
+    return ForkedServer(pid, os.fdopen(w, "w"))
+
+
 class SuperExecCommand:
     """Stands in for ``subprocess`` inside ``flwr.supernode.start_client_internal``: the SuperNode's
     ``Popen(["flower-superexec", ...])`` becomes ``python -m launcher.warm superexec ...``, which
@@ -225,8 +284,9 @@ def install() -> None:
 
     The fork server starts here, at once, so that its imports (torch above all: seconds on a busy
     2-core machine) run while the SuperNode starts and connects, not when the first message is
-    already waiting; it lives as long as this process (its task pipe closes with it)."""
-    server = start_server()
+    already waiting; it is forked from this process after Flower's SuperNode package is imported
+    (:func:`fork_server`), and lives as long as this process (its task pipe closes with it)."""
+    server = fork_server(compat.clientapp_modules())
     compat.replace_superexec_command(SuperExecCommand(server))
 
 

@@ -97,10 +97,16 @@ class RunWatch:
         return left
 
     def kinds(self) -> set[str]:
-        """What was seen, by program: flower-superlink, flwr-serverapp, launcher.warm, ..."""
+        """What was seen, by program: flower-superlink, flwr-serverapp, launcher.warm, ... A fork
+        server forked from its SuperNode (``launcher.warm.fork_server``) has the SuperNode's
+        command line: it is told by its parent, a SuperNode, and counts as ``launcher.warm serve``."""
         names = ("flower-superlink", "flower-superexec", "flwr-serverapp", "flwr run", "launcher.supernode",
                  "launcher.warm serve", "launcher.warm superexec", "flwr-simulation")
-        return {n for q in self.seen.values() for n in names if n in q.cmd}
+        out = {n for q in self.seen.values() for n in names if n in q.cmd}
+        nodes = {pid for pid, q in self.seen.items() if "launcher.supernode" in q.cmd}
+        if any(q.ppid in nodes and "launcher.supernode" in q.cmd for q in self.seen.values()):
+            out.add("launcher.warm serve")
+        return out
 
 
 def inproc(tmp_path, data_dir, nodes, extra=""):

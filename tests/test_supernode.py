@@ -152,6 +152,47 @@ def test_fork_server_serves_a_waiting_task_before_its_preload_is_done(tmp_path):
     assert second.read_text() == "True"                 # preloaded by the server, inherited by the fork
 
 
+def test_fork_server_forked_from_the_supernode_keeps_its_imports_and_ends_with_its_pipe(tmp_path):
+    """fork_server imports what it is given, forks the server from this (single-threaded) process,
+    so a task's child already has those modules without importing them, and the server ends once
+    the task pipe's last writer closes it."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = tmp_path / "child"
+    code = ("import json, os, sys\nfrom launcher import warm\n"
+            "def entry(argv):\n"
+            "    open(argv[0], 'w').write(json.dumps([os.getppid(), 'colorsys' in sys.modules]))\n"
+            "warm.serve.__defaults__ = (('json',), None, entry)\n"
+            "s = warm.fork_server(('colorsys',))\n"
+            "assert isinstance(s, warm.ForkedServer) and s.poll() is None\n"
+            f"s.stdin.write(json.dumps({{'argv': [{str(out)!r}], 'quiet': False}}) + '\\n'); s.stdin.flush()\n"
+            "s.stdin.close()\n"
+            "import time; t = time.monotonic()\n"
+            "while s.poll() is None and time.monotonic() < t + 30: time.sleep(0.02)\n"
+            "print(json.dumps([s.pid, s.returncode]))\n")
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60)
+    assert p.returncode == 0, p.stderr
+    server_pid, rc = json.loads(p.stdout.strip().splitlines()[-1])
+    assert rc == 0
+    deadline = time.monotonic() + 20
+    while not (out.exists() and out.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    parent, had = json.loads(out.read_text())
+    assert parent == server_pid and had is True   # forked from the forked server, with its imports
+
+
+def test_fork_server_starts_a_fresh_server_when_threads_run(monkeypatch):
+    import threading
+
+    from launcher import warm
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    monkeypatch.setattr(warm, "start_server", lambda: "fresh")
+    assert warm.fork_server(("json",)) == "fresh"
+
+
 def test_pull_backoff_flag_is_split_and_checked():
     ours, rest = supernode.split_args(["--pull-backoff", "0.1", "--insecure"])
     assert ours.pull_backoff == 0.1 and rest == ["--insecure"]
