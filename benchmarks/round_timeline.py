@@ -14,7 +14,7 @@ medians and the raw timeline.
 Steps per ClientApp (per node and round), in order: the server's encode + push of the round's
 messages, push -> child forked (the SuperNode's pull and the SuperExec's hand-off), child start ->
 message pulled (Flower's ``pull_task_input``: message, context, run and FAB through the SuperNode's
-runtime API), FAB check + app load + decode, compute (train and the fused evaluation), reply
+runtime API), FAB check + app load, decode + compute (train and the fused evaluation), reply
 encode, Flower's ``push_message`` (the reply's objects into the SuperNode), and per round: the
 last reply pushed -> the ServerApp holding both replies (SuperNode -> SuperLink -> ServerApp).
 """
@@ -90,7 +90,7 @@ EDITS = [
 ]
 
 STEPS = ("server encode+push", "push -> child forked", "child: start -> message pulled",
-         "child: FAB check + app load + decode", "child: compute (train + evaluate)", "child: encode reply",
+         "child: FAB check + app load", "child: decode + compute (train + evaluate)", "child: encode reply",
          "child: push reply to SuperNode", "last reply pushed -> ServerApp has both replies", "round")
 
 

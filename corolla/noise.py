@@ -5,11 +5,11 @@ draws it with ``np.random.laplace(0, b, shape)``).
 Two samplers of the same law, chosen by the key ``laplace-sampler``:
 
 * ``numpy``: ``Generator.laplace`` in float64, cast to float32 (as the authors' code draws it);
-  0.17 s for one 1682 × 1682 matrix on this project's 2-core machine;
+  0.111 s for one 1682 × 1682 matrix on this project's 2-core machine (median of 9, load 4.7);
 * ``exponential``: ``b · E · S`` with ``E ~ Exp(1)`` drawn in float32 (NumPy's ziggurat) and ``S``
   a fair random sign (set in the float's sign bit). Laplace(0, b) is exactly the law of a symmetric Exp(1/b) variable, so the
-  distribution is the same; 0.03-0.04 s for the same matrix (the largest part of a GF-CF client's
-  compute with ``numpy``).
+  distribution is the same; 0.047 s for the same matrix, 2.4x less (``benchmarks/laplace_sampler.py``;
+  with ``numpy`` the noise was the largest part of a GF-CF client's compute).
 
 The two give different draws for the same seed, so a run's metrics differ by the noise; each is
 reproducible for its seed.
@@ -29,6 +29,8 @@ def laplace_noise(g: np.random.Generator, scale: float, shape: tuple[int, ...], 
     if sampler == "numpy":
         return g.laplace(0.0, scale, shape).astype(np.float32)
     if sampler == "exponential":
+        if scale == 0:
+            return np.zeros(shape, np.float32)   # no noise: +0.0 everywhere (a sign bit would give -0.0)
         e = g.standard_exponential(shape, dtype=np.float32)
         e *= np.float32(scale)
         sign = g.integers(0, 2, shape, dtype=np.uint32)

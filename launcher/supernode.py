@@ -201,11 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     if mismatch:
         print(f"error: {mismatch}", file=sys.stderr)
         return 2
+    if compat.internals(warn=False) is not None:   # the ClientApps' pulls: the fork server and its children inherit it
+        os.environ[PULL_BACKOFF_ENV] = str(ours.pull_backoff)
     if ours.clientapp_start == "fork" and compat.forking_supported():
         from launcher import warm
         warm.install()   # first thing: the fork server's imports overlap the SuperNode's own start
-    if set_pull_backoff(ours.pull_backoff):    # this SuperNode's pulls, and (by the environment) its ClientApps'
-        os.environ[PULL_BACKOFF_ENV] = str(ours.pull_backoff)
+    set_pull_backoff(ours.pull_backoff)    # this SuperNode's own pulls
     install_waits(ours.idle_poll, ours.reply_poll)
     compat.run_flower_supernode(with_key_in_node_config(rest))
     return 0

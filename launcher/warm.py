@@ -27,8 +27,10 @@ Flower's way):
   ``flwr.supernode.start_client_internal`` so the SuperNode starts ``python -m launcher.warm
   superexec`` where it would start ``flower-superexec``.
 
-Why forking is safe here: the fork server never runs a numerical operation, so no OpenMP/BLAS
-worker threads exist to be lost in the child, and it holds no sockets or locks of Flower's.
+Why forking is safe here: the fork server runs no Python thread and never a numerical operation
+(a native BLAS pool started when numpy loads handles fork itself: OpenBLAS shuts its workers down
+and restarts them around ``fork`` by ``pthread_atfork``), and it holds no sockets or locks of
+Flower's.
 """
 from __future__ import annotations
 
@@ -229,8 +231,9 @@ def fork_server(preimport: tuple[str, ...] = ()):
     this process imports next anyway: a SuperNode imports Flower's SuperNode package, which the
     ClientApp's entry point needs too), so the server does not import them a second time (1.3 s of
     a core per node on Flower 1.42, while every process of a run starts at once). Forked only while
-    this process has one thread (a fork of a threaded process may inherit a held lock); otherwise,
-    or where ``fork`` is missing, :func:`start_server`."""
+    this process runs no other Python thread (a fork may inherit a lock another thread holds; the
+    BLAS pool numpy starts handles fork itself); otherwise, or where ``fork`` is missing,
+    :func:`start_server`."""
     import importlib
     import threading
     for name in preimport:

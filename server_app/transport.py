@@ -2,7 +2,8 @@
 
 :class:`GridTransport` speaks to a real SuperLink (or the simulation runtime) through Flower's
 ``Grid``. Instead of ``Grid.send_and_receive`` (which sleeps 3 s between polls) it pushes all
-messages and polls for replies every ``poll_s`` seconds until all replied or ``timeout`` passed.
+messages and polls for replies every ``poll_s`` seconds (0.05 s; every ``slow_poll_s``, 0.2 s, once
+``fast_window_s`` passed without a reply) until all replied or ``timeout`` passed.
 
 ``exchange`` takes flat messages ``(node, content)`` (``corolla.messages``; a node may get several)
 and yields ``(message index, flat reply)`` as replies arrive (a failed message yields an error
@@ -50,9 +51,12 @@ class Transport(Protocol):
 
 
 class GridTransport:
-    def __init__(self, grid: Grid, poll_s: float = 0.05, pull_batch: int = 4):
+    def __init__(self, grid: Grid, poll_s: float = 0.05, pull_batch: int = 4, slow_poll_s: float = 0.2,
+                 fast_window_s: float = 5.0):
         self.grid = grid
-        self.poll_s = poll_s
+        self.poll_s = poll_s                  # while the phase is young or replies keep arriving
+        self.slow_poll_s = slow_poll_s        # once fast_window_s passed without a reply: long phases
+        self.fast_window_s = fast_window_s    # (GF-CF's upload, many nodes) do not poll 20 times a second
         self.pull_batch = pull_batch  # replies pulled per call: bounds the replies held at once
 
     def node_ids(self) -> list[int]:
@@ -65,6 +69,7 @@ class GridTransport:
         node_of = {mid: i for i, mid in enumerate(ids)}  # message id -> index in ``messages``
         pending = set(ids)
         end = time.monotonic() + timeout
+        last = time.monotonic()   # the push, then the last reply
         while pending and time.monotonic() < end:
             got = False
             order = sorted(pending, key=node_of.__getitem__)
@@ -75,10 +80,12 @@ class GridTransport:
                         continue
                     pending.discard(mid)
                     got = True
+                    last = time.monotonic()
                     n = node_of[mid]
                     yield n, (f"error {rep.error.code}: {rep.error.reason}" if rep.has_error()
                               else decode(rep.content, limits[n] if limits else None))
             if pending and not got:
-                time.sleep(self.poll_s)
+                quiet = time.monotonic() - last
+                time.sleep(self.poll_s if quiet < self.fast_window_s else self.slow_poll_s)
         for mid in sorted(pending):
             yield node_of[mid], f"{TIMEOUT_PREFIX} {timeout:.0f} s"

@@ -168,8 +168,9 @@ def test_fork_server_forked_from_the_supernode_keeps_its_imports_and_ends_with_i
             "s = warm.fork_server(('colorsys',))\n"
             "assert isinstance(s, warm.ForkedServer) and s.poll() is None\n"
             f"s.stdin.write(json.dumps({{'argv': [{str(out)!r}], 'quiet': False}}) + '\\n'); s.stdin.flush()\n"
-            "s.stdin.close()\n"
             "import time; t = time.monotonic()\n"
+            f"while not (os.path.exists({str(out)!r}) and open({str(out)!r}).read()) and time.monotonic() < t + 30: time.sleep(0.02)\n"
+            "s.stdin.close()   # only once the child has written: closing ends the server, and a later child would see init\n"
             "while s.poll() is None and time.monotonic() < t + 30: time.sleep(0.02)\n"
             "print(json.dumps([s.pid, s.returncode]))\n")
     root = Path(__file__).resolve().parents[1]

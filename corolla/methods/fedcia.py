@@ -12,7 +12,7 @@ KEYS = {
     "gfcf-null-rows": Key("lapack", "GF-CF with fewer users than svd-number: keep LAPACK's null-space rows (code) or drop them", ("lapack", "drop")),
     "agg-beta": Key(60.0, "FedCIA GF-CF: prediction R F_k + agg-beta * R F_agg"),
     "laplace-scale": Key(0.001, "FedCIA: scale b of the i.i.d. Laplace noise added to every uploaded matrix (0 = none)"),
-    "laplace-sampler": Key("numpy", "FedCIA: how the Laplace noise is drawn: NumPy's float64 laplace cast to float32 (as the code) or 'exponential': b * Exp(1) * random sign in float32, the same law, 4-5x faster (corolla/noise.py); different draws for one seed", ("numpy", "exponential")),
+    "laplace-sampler": Key("numpy", "FedCIA: how the Laplace noise is drawn: NumPy's float64 laplace cast to float32 (as the code) or 'exponential': b * Exp(1) * random sign in float32, the same law, about 2.4x faster to draw (corolla/noise.py); different draws for one seed", ("numpy", "exponential")),
     "fedcia-upload": Key("full", "FedCIA parameter models: upload the M×M similarity ('full') or its truncated SVD ('svd')", ("full", "svd")),
     "fedcia-svd-solver": Key("randomized", "FedCIA fedcia-upload=svd: the client's SVD: LAPACK's full SVD (as the code) or a seeded randomized top-L SVD (same factors to float32 precision, ~50x faster at M=1682)", ("full", "randomized")),
     "svd-rank": Key(0, "FedCIA fedcia-upload=svd: rank L (0 = dim, as the code's latent_dim)"),
