@@ -6,7 +6,8 @@ patience=0`` (every round evaluated, as the preset evaluates), then the median w
 whose one round takes minutes, round 1 itself), the preset's own round budget and
 early-stopping patience, and the estimate ``median x budget`` (an upper bound where the preset
 stops early). The 1-minute load average before each run is kept: on a shared machine the times
-are longer. Prints a Markdown table; ``--json`` keeps the rows.
+are longer. Each run's folder (its node state: gigabytes at 943 clients) is removed once read.
+Prints a Markdown table; ``--json`` keeps the rows.
 
     python benchmarks/row_cost.py --data-dir $COROLLA_DATA --rounds 3 \\
         --presets fedcia-lightgcn-ml100k fedcia-mf-ml100k-943 --json docs/results/row-cost.json
@@ -45,6 +46,7 @@ def measure(preset: str, rounds: int, data_dir: str, out: Path) -> dict:
     if p.returncode != 0:
         raise SystemExit(f"row_cost: {preset} failed:\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
     per = [json.loads(x)["wall_s"] for x in (out / "rounds.jsonl").read_text().splitlines()]
+    shutil.rmtree(out, ignore_errors=True)   # its node state: gigabytes at 943 clients (28 GB for six presets)
     later = per[1:] or per
     n, patience = budget(preset)
     med = statistics.median(later)
