@@ -92,7 +92,8 @@ class TaskPipe:
 
 
 def _child(entry, argv: list[str], fd: int) -> None:
-    """The forked child: run ``entry(argv)`` and leave with its exit code; never return."""
+    """A forked child (a ClientApp, or the fork server itself from :func:`fork_server`): close the
+    parent's pipe end ``fd``, run ``entry(argv)`` and leave with its exit code; never return."""
     code = 0
     try:
         os.close(fd)
@@ -244,19 +245,8 @@ def fork_server(preimport: tuple[str, ...] = ()):
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:   # the server: reads tasks from r until every writer has closed w
-        code = 0
-        try:
-            os.close(w)
-            serve(stdin=os.fdopen(r, "r"))
-        except BaseException:  # noqa: BLE001 - never return into the SuperNode's code
-            import traceback
-            traceback.print_exc()
-            code = 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+    if pid == 0:   # the server: reads tasks from r until every writer has closed w; never returns
+        _child(lambda _argv: serve(stdin=os.fdopen(r, "r")), [], w)
     os.close(r)
     return ForkedServer(pid, os.fdopen(w, "w"))
 
