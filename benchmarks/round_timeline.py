@@ -17,6 +17,11 @@ message pulled (Flower's ``pull_task_input``: message, context, run and FAB thro
 runtime API), FAB check + app load, decode + compute (train and the fused evaluation), reply
 encode, Flower's ``push_message`` (the reply's objects into the SuperNode), and per round: the
 last reply pushed -> the ServerApp holding both replies (SuperNode -> SuperLink -> ServerApp).
+``--per-exchange`` runs the preset with its own rounds and reports every exchange instead (a one-shot
+preset such as GF-CF's upload):
+
+    /path/to/venv-1.42/bin/python benchmarks/round_timeline.py --data-dir $COROLLA_DATA \\
+        --preset fedcia-gfcf-ml100k --per-exchange --json docs/results/gfcf-timeline-flwr1.42.json
 """
 from __future__ import annotations
 
@@ -113,32 +118,44 @@ def instrumented_copy(dest: Path) -> Path:
     return dest
 
 
-def medians(events: list[tuple[float, int, str]]) -> dict[str, float]:
-    """The median of every step (:data:`STEPS`) over the rounds after the first two exchanges."""
+def exchange_steps(events: list[tuple[float, int, str]], first: int = 3) -> list[dict[str, float]]:
+    """Every step of :data:`STEPS` for each exchange from the ``first``-th (0-based) on: the
+    ClientApp steps per node (a list), the last two as one value."""
     events = sorted(events)
     enc = [t for t, _, w in events if w == "server encode"]
-    rows: dict[str, list[float]] = collections.defaultdict(list)
-    for i in range(3, len(enc) - 1):
-        a, b = enc[i], enc[i + 1]
+    ends = enc[1:] + [max(t for t, _, _ in events) + 1.0]
+    out = []
+    for i in range(first, len(enc)):
+        a, b = enc[i], ends[i]
         window = [(t, p, w) for t, p, w in events if a <= t < b]
-        first: dict[int, dict[str, float]] = collections.defaultdict(dict)
+        seen: dict[int, dict[str, float]] = collections.defaultdict(dict)
         for t, p, w in window:
-            first[p].setdefault(w, t)
+            seen[p].setdefault(w, t)
         pushed = [t for t, _, w in window if w == "server pushed"]
         replies = [t for t, _, w in window if w == "server got reply"]
-        kids = [k for k in first.values() if "child start" in k and "push_message end" in k and "encoded" in k]
+        kids = [k for k in seen.values() if "child start" in k and "push_message end" in k and "encoded" in k]
         if not pushed or not replies or not kids:
             continue
-        for k in kids:
-            rows[STEPS[0]].append(pushed[0] - a)
-            rows[STEPS[1]].append(k["child start"] - pushed[0])
-            rows[STEPS[2]].append(k["pull_task_input end"] - k["child start"])
-            rows[STEPS[3]].append(k["handle begin"] - k["pull_task_input end"])
-            rows[STEPS[4]].append(k["handle end"] - k["handle begin"])
-            rows[STEPS[5]].append(k["encoded"] - k["handle end"])
-            rows[STEPS[6]].append(k["push_message end"] - k["push_message begin"])
-        rows[STEPS[7]].append(max(replies) - max(k["push_message end"] for k in kids))
-        rows[STEPS[8]].append(b - a)
+        row: dict = {STEPS[0]: [pushed[0] - a] * len(kids)}
+        row[STEPS[1]] = [k["child start"] - pushed[0] for k in kids]
+        row[STEPS[2]] = [k["pull_task_input end"] - k["child start"] for k in kids]
+        row[STEPS[3]] = [k["handle begin"] - k["pull_task_input end"] for k in kids]
+        row[STEPS[4]] = [k["handle end"] - k["handle begin"] for k in kids]
+        row[STEPS[5]] = [k["encoded"] - k["handle end"] for k in kids]
+        row[STEPS[6]] = [k["push_message end"] - k["push_message begin"] for k in kids]
+        row[STEPS[7]] = max(replies) - max(k["push_message end"] for k in kids)
+        row[STEPS[8]] = (b - a) if i + 1 < len(enc) else max(replies) - a
+        out.append(row)
+    return out
+
+
+def medians(events: list[tuple[float, int, str]]) -> dict[str, float]:
+    """The median of every step (:data:`STEPS`) over the rounds after the first two exchanges
+    (the last exchange, the final evaluation's, is left out: no next round bounds it)."""
+    rows: dict[str, list[float]] = collections.defaultdict(list)
+    for ex in exchange_steps(events)[:-1]:
+        for s, v in ex.items():
+            rows[s].extend(v if isinstance(v, list) else [v])
     return {s: round(statistics.median(rows[s]), 3) for s in STEPS if rows[s]}
 
 
@@ -148,8 +165,11 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="fedavg-mf-ml100k")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--json")
+    ap.add_argument("--per-exchange", action="store_true",
+                    help="every exchange's steps, the handshake's included, with the preset's own num-rounds "
+                         "(a one-shot preset such as fedcia-gfcf-ml100k)")
     args = ap.parse_args(argv)
-    if args.rounds < 6:
+    if not args.per_exchange and args.rounds < 6:
         ap.error(f"--rounds {args.rounds}: at least 6 (rounds 3.. are measured)")
     with tempfile.TemporaryDirectory(prefix="corolla-timeline-") as tmp:
         app = instrumented_copy(Path(tmp) / "app")
@@ -158,27 +178,37 @@ def main(argv=None) -> int:
         env = dict(os.environ, COROLLA_TIMELINE=str(log), COROLLA_OFFLINE="1",
                    PYTHONPATH=os.pathsep.join([str(app), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
         cmd = [sys.executable, "-m", "launcher.cli", "run", "--preset", args.preset, "--data-dir", args.data_dir,
-               "--out", str(out), "--quiet", "--mode", "local", "--nodes", "2",
-               "--set", f"num-rounds={args.rounds}", "--set", "patience=0"]
+               "--out", str(out), "--quiet", "--mode", "local", "--nodes", "2"]
+        if not args.per_exchange:
+            cmd += ["--set", f"num-rounds={args.rounds}", "--set", "patience=0"]
         t0 = time.time()
         p = subprocess.run(cmd, cwd=app, env=env, capture_output=True, text=True)
         t1 = time.time()
         if p.returncode != 0:
             raise SystemExit(f"round_timeline: the run failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
         events = [(float(t), int(pid), w) for t, pid, w in (line.split(" ", 2) for line in log.read_text().splitlines())]
-    steps = medians(events)
+    steps = {} if args.per_exchange else medians(events)
+    per = exchange_steps(events, first=0) if args.per_exchange else []
     enc = sorted(t for t, _, w in events if w == "server encode")
     last = max(t for t, _, w in events if w == "server got reply")
     from importlib.metadata import version
-    res = {"flwr": version("flwr"), "preset": args.preset, "rounds": args.rounds, "cores": os.cpu_count(),
+    res = {"flwr": version("flwr"), "preset": args.preset, "rounds": None if args.per_exchange else args.rounds,
+           "cores": os.cpu_count(),
            "command_s": round(t1 - t0, 2), "first_message_s": round(enc[0] - t0, 2),
            "after_last_reply_s": round(t1 - last, 2), "median_s": steps,
+           "exchanges": [{s: [round(x, 3) for x in v] if isinstance(v, list) else round(v, 3) for s, v in ex.items()}
+                         for ex in per],
            "timeline": [[round(t - t0, 4), pid, w] for t, pid, w in sorted(events)]}
-    print(f"Flower {res['flwr']}, {args.preset}, {args.rounds} rounds: command {res['command_s']} s, first message "
+    print(f"Flower {res['flwr']}, {args.preset}, {res['rounds'] or 'its own'} rounds: command {res['command_s']} s, first message "
           f"{res['first_message_s']} s after the start, {res['after_last_reply_s']} s after the last reply")
-    print("| step (median over rounds 3..) | s |\n|---|---:|")
+    if steps:
+        print("| step (median over rounds 3..) | s |\n|---|---:|")
     for s, v in steps.items():
         print(f"| {s} | {v:.3f} |")
+    for n, ex in enumerate(per):
+        print(f"\nexchange {n} (s; per node where several)")
+        for s, v in ex.items():
+            print(f"| {s} | {' / '.join(f'{x:.3f}' for x in v) if isinstance(v, list) else f'{v:.3f}'} |")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
     return 0

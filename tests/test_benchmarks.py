@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -305,3 +307,32 @@ def test_the_lpsfed_verdicts_are_regenerated_from_the_repository_exactly(tmp_pat
                         "--corolla-curves", str(curves), "--json", str(tmp_path / "x.json")],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "no curve for run 'lpsfed-code-gowalla'" in p.stderr
+
+
+def test_round_timeline_steps_by_hand_and_its_edits_still_match(tmp_path):
+    """Two nodes' ClientApps (pids 11, 12) in each of 5 exchanges; every step is a known difference."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import round_timeline as rt
+
+    ev = []
+    for i in range(5):
+        a = 10.0 * i
+        ev += [(a, 1, "server encode"), (a + 0.1, 1, "server pushed")]
+        for pid, late in ((100 + 2 * i, 0.0), (101 + 2 * i, 0.5)):
+            ev += [(a + 0.2 + late, pid, "child start"), (a + 0.3 + late, pid, "pull_task_input end"),
+                   (a + 0.5 + late, pid, "handle begin"), (a + 1.5 + late, pid, "handle end"),
+                   (a + 1.6 + late, pid, "encoded"), (a + 1.7 + late, pid, "push_message begin"),
+                   (a + 2.0 + late, pid, "push_message end")]
+        ev += [(a + 2.1, 1, "server got reply"), (a + 2.9, 1, "server got reply")]
+    per = rt.exchange_steps(ev, first=0)
+    assert len(per) == 5
+    e = per[0]
+    assert e["push -> child forked"] == pytest.approx([0.1, 0.6])
+    assert e["child: decode + compute (train + evaluate)"] == pytest.approx([1.0, 1.0])
+    assert e["child: push reply to SuperNode"] == pytest.approx([0.3, 0.3])
+    assert e["last reply pushed -> ServerApp has both replies"] == pytest.approx(2.9 - 2.5)
+    assert e["round"] == pytest.approx(10.0)
+    assert per[-1]["round"] == pytest.approx(2.9)   # the last exchange ends with its last reply
+    med = rt.medians(ev)   # exchange 3 only: 3.. without the last
+    assert med["round"] == 10.0 and med["child: FAB check + app load"] == 0.2
+    assert rt.instrumented_copy(tmp_path / "app").is_dir()   # every edit still matches the code once
