@@ -118,14 +118,15 @@ def instrumented_copy(dest: Path) -> Path:
     return dest
 
 
-def exchange_steps(events: list[tuple[float, int, str]], first: int = 3) -> list[dict[str, float]]:
-    """Every step of :data:`STEPS` for each exchange from the ``first``-th (0-based) on: the
-    ClientApp steps per node (a list), the last two as one value."""
+def exchange_steps(events: list[tuple[float, int, str]], first: int = 3, stop: int | None = None) -> list[dict]:
+    """Every step of :data:`STEPS` for each exchange ``first`` <= i < ``stop`` (0-based; ``stop``
+    None: to the last) that holds a whole ClientApp: the ClientApp steps per node (a list), the
+    last two as one value."""
     events = sorted(events)
     enc = [t for t, _, w in events if w == "server encode"]
     ends = enc[1:] + [max(t for t, _, _ in events) + 1.0]
     out = []
-    for i in range(first, len(enc)):
+    for i in range(first, len(enc) if stop is None else min(stop, len(enc))):
         a, b = enc[i], ends[i]
         window = [(t, p, w) for t, p, w in events if a <= t < b]
         seen: dict[int, dict[str, float]] = collections.defaultdict(dict)
@@ -153,7 +154,8 @@ def medians(events: list[tuple[float, int, str]]) -> dict[str, float]:
     """The median of every step (:data:`STEPS`) over the rounds after the first two exchanges
     (the last exchange, the final evaluation's, is left out: no next round bounds it)."""
     rows: dict[str, list[float]] = collections.defaultdict(list)
-    for ex in exchange_steps(events)[:-1]:
+    n = sum(1 for _, _, w in events if w == "server encode")
+    for ex in exchange_steps(events, 3, n - 1):
         for s, v in ex.items():
             rows[s].extend(v if isinstance(v, list) else [v])
     return {s: round(statistics.median(rows[s]), 3) for s in STEPS if rows[s]}

@@ -335,4 +335,6 @@ def test_round_timeline_steps_by_hand_and_its_edits_still_match(tmp_path):
     assert per[-1]["round"] == pytest.approx(2.9)   # the last exchange ends with its last reply
     med = rt.medians(ev)   # exchange 3 only: 3.. without the last
     assert med["round"] == 10.0 and med["child: FAB check + app load"] == 0.2
+    cut = [e for e in ev if not (e[0] >= 40.0 and e[2] == "server got reply")]   # the last exchange unanswered
+    assert len(rt.exchange_steps(cut, first=0)) == 4 and rt.medians(cut) == med   # exchange 3 still measured
     assert rt.instrumented_copy(tmp_path / "app").is_dir()   # every edit still matches the code once
