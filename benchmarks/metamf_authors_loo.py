@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     if args.epochs < 1 or args.neg < 1:
         ap.error(f"--epochs {args.epochs}, --neg {args.neg}: each at least 1")
     import torch
-    import torch.nn as nn
+    from torch import nn
     torch.set_num_threads(args.threads)
     d = uf_split(args.ufgraphfr_dir)
     sys.path.insert(0, str(args.metamf_dir))

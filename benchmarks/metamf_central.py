@@ -60,13 +60,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from client_app.metamf import MetaMFClient
 from client_app.oneuser import round_samples
 from corolla import methods
-from corolla.config import resolve
+from corolla.config import preset_path, resolve
 from corolla.data import build_federation
 from corolla.util import rng
 from strategies.metamf import MetaMF as Server
 
 PRESET = "metamf-ufgraphfr-ml100k"
-PAPER = {"hr@10": 0.6621, "ndcg@10": 0.4102}
+FEDERATED = Path(__file__).resolve().parents[1] / "docs" / "results" / f"{PRESET}.json"   # the preset's recorded run
 EVAL_CHUNK = 64          # users whose tables are generated together at evaluation
 
 
@@ -158,6 +158,23 @@ def evaluate(server: Server, clients: list[MetaMFClient], rnd: int = 0) -> dict[
 KEEP = ("hr@10", "ndcg@10", "ties:hr@10", "ties:ndcg@10")
 
 
+def paper_values() -> dict[str, float]:
+    """The paper's row, from the preset's ``[paper]`` table."""
+    import tomllib
+    doc = tomllib.loads(preset_path(PRESET).read_text(encoding="utf-8"))
+    return {k: v for k, v in doc.get("paper", {}).items() if isinstance(v, float)}
+
+
+def federated_values() -> dict:
+    """The federated run of the preset this is compared with (its recorded result, if present)."""
+    if not FEDERATED.is_file():
+        return {"source": None}
+    d = json.loads(FEDERATED.read_text())
+    mc = d.get("metrics_paper_compat", {}).get("metrics", {})
+    return {"source": f"docs/results/{FEDERATED.name}", "test_ties_hr@10": mc.get("hr@10"),
+            "test_ties_ndcg@10": mc.get("ndcg@10"), "steps": d.get("rounds_completed")}
+
+
 def select(evals: list[dict]) -> dict | None:
     """The preset's selection: best validation HR@10 under the tie rule, latest of ties."""
     best = None
@@ -195,6 +212,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default="")
     a = ap.parse_args(argv)
+    for name, v, low in (("--epochs", a.epochs, 1), ("--batch-size", a.batch_size, 0), ("--chunk", a.chunk, 0),
+                         ("--threads", a.threads, 1), ("--eval-every", a.eval_every, 0), ("--max-steps", a.max_steps, 0)):
+        if v < low:
+            ap.error(f"{name} {v}: expected an integer >= {low}")
+    if a.max_minutes < 0:
+        ap.error(f"--max-minutes {a.max_minutes}: expected >= 0")
     torch.set_num_threads(a.threads)
     over = {k: v for k, v in (("lr", a.lr), ("seed", a.seed)) if v is not None}
     cfg = resolve(PRESET, over)
@@ -204,9 +227,8 @@ def main(argv=None) -> dict:
     eval_steps = sorted({int(x) for x in a.eval_steps.split(",") if x.strip()})
     out = {"what": "MetaMF's network trained centrally by the authors' loop (Run.ipynb cells 15-17) on the preset's data, "
                    "split and evaluation (benchmarks/metamf_central.py)",
-           "preset": PRESET, "paper": PAPER,
-           "federated": {"source": "docs/results/metamf-ufgraphfr-ml100k.json", "test_ties_hr@10": 0.3701,
-                         "test_ties_ndcg@10": 0.2092, "steps": 100},
+           "preset": PRESET, "paper": paper_values(),
+           "federated": federated_values(),
            "settings": {"batch-size": a.batch_size, "chunk": a.chunk, "lr": cfg["lr"], "weight-decay": server.p.metamf_weight_decay,
                         "clip": server.p.metamf_clip, "loss": server.p.metamf_loss, "seed": cfg["seed"],
                         "num-negatives": cfg["num-negatives"], "neg-pool": cfg["neg-pool"], "fused-adam": bool(a.fused),
@@ -239,9 +261,12 @@ def main(argv=None) -> dict:
         out["wall_s"] = round(time.time() - t_start, 1)
         out["machine"]["loadavg_end"] = list(os.getloadavg())
         out["selected"] = select(evals)
-        if a.json:
-            Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+        if a.json:   # atomically: an interrupted run leaves its last whole record
+            dest = Path(a.json)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_suffix(".tmp")
+            tmp.write_text(json.dumps(out, indent=1) + "\n")
+            os.replace(tmp, dest)
 
     step, stop, run_loss, run_n = 0, False, 0.0, 0
     if 0 in eval_steps:
@@ -282,7 +307,9 @@ def main(argv=None) -> dict:
     if s:
         print(f"\nselected (best valid HR@10, ties against the positive): epoch {s['epoch']}, step {s['step']}: "
               f"test HR@10 {s['test']['ties:hr@10']:.4f}, NDCG@10 {s['test']['ties:ndcg@10']:.4f} "
-              f"(paper {PAPER['hr@10']} / {PAPER['ndcg@10']}; federated 100 steps 0.3701 / 0.2092)")
+              f"(paper {out['paper'].get('hr@10')} / {out['paper'].get('ndcg@10')}; federated "
+              f"{out['federated'].get('steps')} steps {out['federated'].get('test_ties_hr@10')} / "
+              f"{out['federated'].get('test_ties_ndcg@10')})")
     return out
 
 
