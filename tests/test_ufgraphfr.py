@@ -54,6 +54,29 @@ def test_cosine_distances_and_threshold_graph_by_brute_force():
     np.testing.assert_allclose(empty, np.eye(3))
 
 
+def test_cosine_by_column_blocks_equals_brute_force_and_makes_no_float64_copy():
+    """The similarities are computed block by block of feature columns: equal to the brute force
+    for any block width (float64 summation order only, 1e-12), the same threshold graph, and the
+    peak of Python-tracked memory stays below one float64 copy of the uploads (what the former
+    ``np.asarray(x, np.float64)`` made, twice, at 1,600 × 398,528 on Lastfm-2K)."""
+    import tracemalloc
+    g = np.random.default_rng(1)
+    x = g.normal(size=(9, 23)).astype(np.float32)
+    x[4] = 0.0
+    want = _brute_cos(x.astype(np.float64))
+    for block in (1, 5, 23, 1 << 15):
+        np.testing.assert_allclose(graph.cosine_similarities(x, block), want, atol=1e-12)
+    np.testing.assert_array_equal(graph.threshold_graph(graph.cosine_distances(x), 1.0),
+                                  graph.threshold_graph(np.clip(1 - want, 0, 2) * (1 - np.eye(9)), 1.0))
+    big = g.normal(size=(40, 200_000)).astype(np.float32)          # 32 MB; a float64 copy is 64 MB
+    tracemalloc.start()
+    s = graph.cosine_similarities(big, block=1 << 14)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < big.nbytes, f"peak {peak / 2**20:.1f} MiB: a whole-matrix copy was made"
+    assert np.allclose(np.diag(s), 1.0)
+
+
 def test_topk_and_paper_graphs_by_hand():
     d = np.array([[0, .9, .2, .5], [.9, 0, .4, .1], [.2, .4, 0, .7], [.5, .1, .7, 0]])
     a = graph.topk_distance_graph(d, 2)      # the two largest distances of each row
