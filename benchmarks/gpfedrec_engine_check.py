@@ -55,11 +55,12 @@ def enter_checkout(ap: argparse.ArgumentParser, path: str) -> Path:
     return authors
 
 
-def authors_ratings():
-    """Their train.py's ML-100K frame: the CSV, users and items re-indexed in order of appearance."""
+def authors_ratings(checkout: Path = Path(".")):
+    """Their train.py's ML-100K frame (GPFedRec's and UFGraphFR's, the same code): the checkout's
+    CSV, users and items re-indexed in order of appearance."""
     import pandas as pd
 
-    rating = pd.read_csv("data/100k/ratings.dat", sep=",", header=None,
+    rating = pd.read_csv(Path(checkout) / "data/100k/ratings.dat", sep=",", header=None,
                          names=["uid", "mid", "rating", "timestamp"], engine="python")
     user_id = rating[["uid"]].drop_duplicates().reindex()
     user_id["userId"] = np.arange(len(user_id))

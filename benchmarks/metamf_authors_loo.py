@@ -47,18 +47,11 @@ def uf_split(uf_dir: Path) -> dict[str, np.ndarray]:
     """UFGraphFR's split, built by its own ``data.py`` (``random.seed(0)`` at its import, as in its
     ``train.py``): training positives, each user's validation and test item and their 99 + 99
     negatives, 0-based ids as ``train.py:162-168`` assigns them."""
-    import pandas as pd
     sys.path.insert(0, str(uf_dir))
     import data as ufdata  # the authors' file, unchanged
+    from gpfedrec_engine_check import authors_ratings   # train.py:162-168's id assignment (benchmarks/)
 
-    rating = pd.read_csv(uf_dir / "data/100k/ratings.dat", sep=",", header=None,
-                         names=["uid", "mid", "rating", "timestamp"], engine="python")
-    user_id = rating[["uid"]].drop_duplicates().reindex()
-    user_id["userId"] = np.arange(len(user_id))
-    rating = pd.merge(rating, user_id, on=["uid"], how="left")
-    item_id = rating[["mid"]].drop_duplicates()
-    item_id["itemId"] = np.arange(len(item_id))
-    rating = pd.merge(rating, item_id, on=["mid"], how="left")[["userId", "itemId", "rating", "timestamp"]]
+    rating = authors_ratings(uf_dir)
     sg = ufdata.SampleGenerator(ratings=rating)
     n_users = rating.userId.nunique()
     val = sg.val_ratings.set_index("userId").itemId
