@@ -49,7 +49,9 @@ def uf_split(uf_dir: Path) -> dict[str, np.ndarray]:
     negatives, 0-based ids as ``train.py:162-168`` assigns them."""
     sys.path.insert(0, str(uf_dir))
     import data as ufdata  # the authors' file, unchanged
-    from gpfedrec_engine_check import authors_ratings   # train.py:162-168's id assignment (benchmarks/)
+    from gpfedrec_engine_check import (
+        authors_ratings,  # train.py:162-168's id assignment (benchmarks/)
+    )
 
     rating = authors_ratings(uf_dir)
     sg = ufdata.SampleGenerator(ratings=rating)
