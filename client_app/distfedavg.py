@@ -133,7 +133,15 @@ class ExpandedClient(LogicalClient):
         return out
 
     def scores(self, state, shared, personal, local_users, items):
-        raise NotImplementedError("Dist-FedAvg clients evaluate with the global tables (batch_evaluate)")
+        """The global tables' scores of the client's user (``local_users``: ``[0]``): its row of the
+        evaluation tables (``user.row``) dot every item's (``item.table``), as ``batch_evaluate``
+        ranks them; used by ``--export-topk``."""
+        if list(np.asarray(local_users).reshape(-1)) != [0]:
+            raise ValueError(f"Dist-FedAvg client {self.cid}: local_users {list(local_users)}: expected [0] "
+                             f"(one user per client)")
+        table = np.asarray(shared["item.table"], np.float64)
+        s = (np.asarray(personal["user.row"], np.float64).reshape(1, -1) @ table.T)
+        return s if items is None else np.take_along_axis(s, np.asarray(items).reshape(1, -1), axis=1)
 
 
 def block_adjacency(graphs) -> tuple[torch.Tensor, list[tuple[int, int, int, int]]]:

@@ -38,8 +38,8 @@ from corolla.util import atomic_write_json, dumps
 from flower_io.pulls import env_backoff, set_pull_backoff
 from server_app.exchange import Exchanger
 from server_app.flower_strategy import FlowerStrategy
-from server_app.results import RunRecorder
 from server_app.loop import NoClients
+from server_app.results import RunRecorder
 from server_app.roster import Roster
 from server_app.transport import GridTransport, Transport
 from strategies.registry import strategy_class
@@ -138,7 +138,13 @@ def export_topk(strategy, ex: Exchanger, out: Path, last_round: int) -> None:
     """Ask every available client for its users' top-K with its models after ``last_round`` (the
     last recorded round: a round trained before an early stop is not used) and write ``topk.jsonl``."""
     targets = strategy.available()
-    results = ex.exchange(Phase.TOPK, last_round, targets, strategy.evaluate_download(last_round, targets)).results
+    topk = ex.exchange(Phase.TOPK, last_round, targets, strategy.evaluate_download(last_round, targets))
+    results = topk.results
+    missing = sorted(set(targets) - set(results))
+    if missing:   # a partial file would pass for the whole ranking: say which clients gave none, and why
+        why = topk.stats.excluded[0] if topk.stats.excluded else "no reply"
+        raise RuntimeError(f"export-topk: {len(missing)} of {len(targets)} clients returned no top-K "
+                           f"(first {missing[:5]}; first reason: {why}); topk.jsonl not written")
     lines = []
     for cid in sorted(results):
         m: dict[str, Any] = results[cid].metrics
