@@ -74,7 +74,8 @@ ADDED = [f"central-{m}-{p}-ml100k" for m in ("mf", "ncf", "sgl") for p in ("fedc
     "fedca-ncf-filmtrust", "pfedrec-filmtrust", "fedrecon-ufgraphfr-ml100k", "metamf-ufgraphfr-ml100k",
     "fedncf-ufgraphfr-ml100k", "fedmf-ufgraphfr-lastfm2k", "fedncf-ufgraphfr-lastfm2k", "pfedrec-ufgraphfr-lastfm2k",
     "gpfedrec-lastfm2k", "ufgraphfr-lastfm2k", "ufgraphfr-lite-lastfm2k", "fedrecon-ufgraphfr-lastfm2k",
-    "metamf-ufgraphfr-lastfm2k", "fedpergnn-ufgraphfr-ml100k", "fedpergnn-ufgraphfr-lastfm2k"]
+    "metamf-ufgraphfr-lastfm2k", "fedpergnn-ufgraphfr-ml100k", "fedpergnn-ufgraphfr-lastfm2k"] + [
+    f"central-{m}-ufgraphfr-lastfm2k" for m in ("mf", "ncf", "sgl")]
 
 
 def reduce_for(name: str, dataset: str) -> str:
