@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.k < 1:
         print(f"error: --k {a.k}: expected a positive cut-off", file=sys.stderr)
         return 2
+    if a.data_dir and not Path(a.data_dir).expanduser().is_dir():
+        print(f"error: --data-dir {a.data_dir}: no such directory (expected the datasets folder the runs used)",
+              file=sys.stderr)
+        return 2
     rows = []
     for run in a.run:
         try:

@@ -67,3 +67,12 @@ def test_distfedavg_export_topk_ranks_as_its_evaluation(tmp_path, data_dir):
     assert got["hr"]["mean"] == pytest.approx(s["last_round_metrics"]["hr@10"], abs=1e-12)
     assert got["ndcg:idcg-min"]["mean"] == pytest.approx(s["last_round_metrics"]["ndcg@10"], abs=1e-12)
     assert got["ndcg:idcg-min"]["mean"] > 0
+
+
+def test_bad_arguments_are_named(tmp_path, capsys):
+    assert nv.main(["--run", str(tmp_path), "--k", "0"]) == 2
+    assert "--k 0: expected a positive cut-off" in capsys.readouterr().err
+    assert nv.main(["--run", str(tmp_path), "--data-dir", str(tmp_path / "nowhere")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert nv.main(["--run", str(tmp_path)]) == 2
+    assert "no config.json" in capsys.readouterr().err
