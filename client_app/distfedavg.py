@@ -113,9 +113,7 @@ class ExpandedClient(LogicalClient):
     @staticmethod
     def batch_evaluate(clients, rnd, states, shared, personals) -> list[PhaseResult]:
         fed = clients[0].fed
-        table = np.asarray(shared["item.table"], np.float64)
-        rows = np.stack([np.asarray(p["user.row"], np.float64).reshape(-1) for p in personals])
-        scores = rows @ table.T
+        scores = global_scores(shared, personals)
         out = []
         for k, c in enumerate(clients):
             res: dict[str, list[float]] = {}
@@ -139,9 +137,15 @@ class ExpandedClient(LogicalClient):
         if list(np.asarray(local_users).reshape(-1)) != [0]:
             raise ValueError(f"Dist-FedAvg client {self.cid}: local_users {list(local_users)}: expected [0] "
                              f"(one user per client)")
-        table = np.asarray(shared["item.table"], np.float64)
-        s = (np.asarray(personal["user.row"], np.float64).reshape(1, -1) @ table.T)
+        s = global_scores(shared, [personal])
         return s if items is None else np.take_along_axis(s, np.asarray(items).reshape(1, -1), axis=1)
+
+
+def global_scores(shared, personals) -> np.ndarray:
+    """Every item's score for each client's user: its row of the evaluation tables (``user.row``) dot
+    the item table (``item.table``), float64; one row per entry of ``personals``."""
+    table = np.asarray(shared["item.table"], np.float64)
+    return np.stack([np.asarray(p["user.row"], np.float64).reshape(-1) for p in personals]) @ table.T
 
 
 def block_adjacency(graphs) -> tuple[torch.Tensor, list[tuple[int, int, int, int]]]:
