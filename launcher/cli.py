@@ -39,6 +39,7 @@ from pathlib import Path
 
 from corolla import extras, provenance
 from corolla.config import ConfigError, parse_overrides, resolve
+from corolla.util import atomic_write_json
 from flower_io import compat
 from flower_io.pulls import DEFAULT_PULL_BACKOFF
 from flower_io.pulls import ENV as PULL_BACKOFF_ENV
@@ -291,13 +292,16 @@ def run_command(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
     remote = bool(args.superlink)
-    if remote and args.mode != "local":
+    if remote and args.mode not in (None, "local"):
         print("error: --superlink submits to a running deployment; --mode does not apply", file=sys.stderr)
         return 2
     if args.root_certificates and not remote:
         print("error: --root-certificates goes with --superlink", file=sys.stderr)
         return 2
-    nodes = args.nodes or (1 if remote else default_nodes())
+    launch = {} if remote or not args.resume else read_launch(Path(args.resume).expanduser())
+    if args.mode is None:   # a resume keeps the interrupted run's mode and node count unless told otherwise
+        args.mode = launch.get("mode", "local")
+    nodes = args.nodes or launch.get("nodes") or (1 if remote else default_nodes())
     overrides = parse_overrides(args.set or [])
     if args.export_topk is not None:
         overrides["export-topk"] = args.export_topk
@@ -354,6 +358,7 @@ def run_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / LAUNCH_FILE, {"mode": args.mode, "nodes": nodes})
     data_dir = str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else os.environ.get("COROLLA_DATA", "")
     # the fully resolved config travels as overrides, so the ServerApp resolves exactly this config
     run_cfg = {"preset": preset or "",
@@ -364,7 +369,8 @@ def run_command(args: argparse.Namespace) -> int:
     summary_path = out / "summary.json"
     if args.resume and summary_path.exists():
         summary_path.unlink()
-    print(f"corolla: {preset} ({cfg['method']}, {cfg['dataset']}), {args.mode} mode, {nodes} nodes -> {out}")
+    print(f"corolla: {preset} ({cfg['method']}, {cfg['dataset']}), {args.mode} mode, {nodes} nodes -> {out}"
+          + (f" (resumed; the run had {launch['mode']} mode, {launch['nodes']} nodes)" if launch else ""))
     node_configs = [{"partition-id": i, "num-partitions": nodes} for i in range(nodes)]
     for item in args.node_config or []:
         idx, _, kv = item.partition(":")
@@ -433,6 +439,22 @@ def run_command(args: argparse.Namespace) -> int:
     if summary.get("error"):
         print(f"error: the run failed: {summary['error']}", file=sys.stderr)
     return 1
+
+
+LAUNCH_FILE = "launch.json"
+
+
+def read_launch(out: Path) -> dict:
+    """The mode and node count ``corolla run`` started ``out``'s run with (``OUT/launch.json``), for a
+    ``--resume`` without ``--mode`` / ``--nodes``; empty for a run folder written before that file
+    existed, or one whose file is not what this function expects (the defaults apply then)."""
+    try:
+        saved = json.loads((out / LAUNCH_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    ok = (isinstance(saved, dict) and saved.get("mode") in ("local", "sim", "inproc")
+          and isinstance(saved.get("nodes"), int) and not isinstance(saved["nodes"], bool) and saved["nodes"] >= 1)
+    return {"mode": saved["mode"], "nodes": saved["nodes"]} if ok else {}
 
 
 def write_run_config(path: Path, run_cfg: dict) -> None:
@@ -656,10 +678,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--preset")
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     r.add_argument("--config", help="TOML file of config keys (between the preset and --set)")
-    r.add_argument("--mode", choices=("local", "sim", "inproc"), default="local")
+    r.add_argument("--mode", choices=("local", "sim", "inproc"), default=None,
+                   help="local (default), sim or inproc; a --resume without it keeps the run's mode")
     r.add_argument("--nodes", type=int, default=None,
-                   help="SuperNodes to start (default: one per core, at most 8); with --superlink: "
-                        "how many to wait for before the run starts (default 1)")
+                   help="SuperNodes to start (default: one per core, at most 8; a --resume without it keeps "
+                        "the run's count); with --superlink: how many to wait for before the run starts (default 1)")
     r.add_argument("--superlink", metavar="HOST:PORT",
                    help="submit to a running SuperLink (its Control API, e.g. superlink:8000) instead of "
                         "starting processes; exits non-zero unless the run completes")

@@ -3,6 +3,8 @@
 Files in the output directory ``OUT``:
 
 * ``config.json``   the resolved run configuration, the preset and the run key;
+* ``launch.json``   the mode and node count ``corolla run`` started the run with (written by the
+  launcher, read by ``--resume``);
 * ``rounds.jsonl``  one line per round: ``round``, ``phases`` (``name``, ``bytes_up``,
   ``bytes_down``, ``wall_s``, ``replies``, ``excluded``), ``train`` metrics, ``metrics`` (test),
   ``valid``, ``compat`` (paper-compatible test metrics), ``wall_s``;
