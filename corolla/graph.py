@@ -107,5 +107,6 @@ def build_graph(x: np.ndarray, mode: str, size: int = 0, threshold: float = 1.0)
 
 
 def propagate(a: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """R = A E (one graph convolution over the stacked, flattened item tables E, N × F), float32."""
-    return (np.asarray(a, np.float32) @ np.asarray(e, np.float32)).astype(np.float32)
+    """R = A E (one graph convolution over the stacked, flattened item tables E, N × F), float32
+    (the product itself: no second N × F copy)."""
+    return np.asarray(a, np.float32) @ np.asarray(e, np.float32)

@@ -89,16 +89,23 @@ class GraphAggregation(CorollaStrategy):
             return {"clients": len(results)}
         t0 = time.perf_counter()
         cids = sorted(uploads)
-        e = np.stack([uploads[c].payload["item.weight"].reshape(-1) for c in cids])          # N × M·32
         every = max(1, int(self.p.graph_update_every))
-        if self.adjacency is None or cids != self.graph_clients or (rnd - 1) % every == 0:
-            x = e if self.gpfedrec else np.stack([uploads[c].payload["graph.input"].reshape(-1) for c in cids])
-            self.adjacency = graph.build_graph(x, self.p.graph_mode, self.p.neighborhood_size,
+        rebuild = self.adjacency is None or cids != self.graph_clients or (rnd - 1) % every == 0
+        x = (None if self.gpfedrec or not rebuild else
+             np.stack([uploads[c].payload["graph.input"].reshape(-1) for c in cids]))
+        e = take_tables(uploads, cids, self.n_items * DIM)   # N × M·32; the uploads are released
+        if rebuild:
+            self.adjacency = graph.build_graph(e if self.gpfedrec else x, self.p.graph_mode, self.p.neighborhood_size,
                                                self.p.neighborhood_threshold)
             self.graph_clients, self.graph_round = cids, rnd
+        del x
+        keep = self.gpfedrec or self.p.graph_mode == "reference"
+        if keep:   # the previous r_u of the clients that uploaded are replaced below: let them go first
+            release_replaced(self.personal, cids)
         r = graph.propagate(self.adjacency, e)
+        del e
         self.global_table = r.mean(0).reshape(self.n_items, DIM).astype(np.float32)
-        if self.gpfedrec or self.p.graph_mode == "reference":
+        if keep:
             for j, c in enumerate(cids):
                 self.personal[c] = r[j].reshape(self.n_items, DIM)
         a = self.adjacency
@@ -127,3 +134,26 @@ class GraphAggregation(CorollaStrategy):
             self.adjacency = state["adjacency"]
             self.graph_clients = [int(c) for c in state["graph-clients"]]
             self.graph_round = int(state["graph-round"][0])
+
+
+def take_tables(uploads: dict, cids: list[int], width: int) -> np.ndarray:
+    """The uploaded item tables stacked in ``cids`` order (N × ``width`` float32), each upload
+    dropped from ``uploads`` once copied: the server never holds the uploads and their stack
+    whole at once (at 1,600 clients × 12,454 items each is 2.55 GB)."""
+    e = np.empty((len(cids), width), np.float32)
+    for j, c in enumerate(cids):
+        e[j] = uploads.pop(c).payload["item.weight"].reshape(-1)
+    return e
+
+
+def release_replaced(personal: dict[int, np.ndarray], cids: list[int]) -> None:
+    """Drop the r_u of ``cids`` (about to be replaced) and copy the others out of the previous
+    round's propagated stack, so that stack is freed before the new one is computed. The kept
+    values are unchanged (copies)."""
+    replaced = set(cids)
+    for c in list(personal):
+        if c in replaced:
+            del personal[c]
+        elif personal[c].base is not None:
+            personal[c] = personal[c].copy()
+

@@ -338,3 +338,50 @@ def test_round_timeline_steps_by_hand_and_its_edits_still_match(tmp_path):
     cut = [e for e in ev if not (e[0] >= 40.0 and e[2] == "server got reply")]   # the last exchange unanswered
     assert len(rt.exchange_steps(cut, first=0)) == 4 and rt.medians(cut) == med   # exchange 3 still measured
     assert rt.instrumented_copy(tmp_path / "app").is_dir()   # every edit still matches the code once
+
+
+def test_round_memory_stages_see_what_a_stage_allocates_and_what_it_keeps(tmp_path):
+    """``benchmarks/round_memory.py``'s probe: a stage that allocates 40 MB and frees it shows a
+    peak 40 MB above what it started with and keeps nothing; one that keeps 8 MB shows it held
+    after; a generator stage (the transport's replies) lasts until it is consumed."""
+    import tracemalloc
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.round_memory import MB, Probe
+
+    p = Probe()
+    kept = []
+
+    def transient():
+        a = np.ones(5_000_000)          # 40 MB
+        return float(a[0])
+
+    def keeps():
+        kept.append(np.ones(1_000_000))  # 8 MB
+
+    def replies():
+        for _ in range(3):
+            yield np.ones(2_500_000)    # 20 MB each, one at a time
+
+    tracemalloc.start()
+    try:
+        p.round = 1
+        p.stage("configure", transient)()
+        p.stage("aggregate", keeps)()
+        got = [float(x.sum()) for x in p.stream("exchange", replies)()]
+    finally:
+        tracemalloc.stop()
+    t, k, x = p.rows
+    assert [r["stage"] for r in p.rows] == ["configure", "aggregate", "exchange"] and got == [2.5e6] * 3
+    assert 40 <= t["peak_mb"] - t["held_before_mb"] < 41 and abs(t["held_after_mb"] - t["held_before_mb"]) < 0.5
+    assert 8 <= k["held_after_mb"] - k["held_before_mb"] < 8.5
+    assert 20 <= x["peak_mb"] - x["held_before_mb"] < 41   # one reply alive at a time, not all three (60 MB)
+    assert MB == 1e6
+
+
+def test_round_memory_names_a_bad_argument(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "round_memory.py"), "--data-dir",
+                        str(tmp_path / "nowhere"), "--preset", "gpfedrec-lastfm2k"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--data-dir" in p.stderr and "no such directory" in p.stderr

@@ -107,6 +107,71 @@ def test_item_learning_rate_pulls_half_way_per_step():
     assert 2 * lrs["item"] / (1682 * 32) == pytest.approx(0.5, abs=1e-4)
 
 
+def test_server_aggregation_frees_the_uploads_and_the_previous_stack():
+    """The graph server's round keeps at most the new stack R and the stacked uploads E at once:
+    each upload is dropped once copied into E (``take_tables``), and the previous round's R (whose
+    rows are the r_u) is freed before the new product (``release_replaced``); a client that did not
+    upload keeps its previous r_u, as a copy. The numbers are those of the plain formulas."""
+    import weakref
+
+    from strategies.base import ClientResult
+    from strategies.ufgraphfr import release_replaced, take_tables
+
+    g = np.random.default_rng(3)
+    tables = {c: g.normal(size=(5, 4)).astype(np.float32) for c in (4, 1, 7)}
+    uploads = {c: ClientResult({"item.weight": t}, {}) for c, t in tables.items()}
+    refs = {c: weakref.ref(t) for c, t in tables.items()}
+    want = np.stack([tables[c].reshape(-1) for c in (1, 4, 7)])
+    del tables
+    e = take_tables(uploads, [1, 4, 7], 20)
+    assert not uploads and all(r() is None for r in refs.values())   # nothing of the uploads is held
+    np.testing.assert_array_equal(e, want)
+    assert e.dtype == np.float32
+    old = want @ np.eye(20, dtype=np.float32)                       # a previous round's R
+    personal = {c: old[j].reshape(5, 4) for j, c in enumerate((1, 4, 7))}
+    kept = old[2].reshape(5, 4).copy()
+    stack_ref = weakref.ref(old)
+    del old
+    release_replaced(personal, [1, 4])                               # client 7 did not upload
+    assert sorted(personal) == [7] and stack_ref() is None           # the old R is gone
+    np.testing.assert_array_equal(personal[7], kept)
+    assert personal[7].base is None
+    release_replaced(personal, [1])                                  # an owned r_u is not copied again
+    assert personal[7].base is None
+
+
+def test_graph_server_keeps_the_r_u_of_a_client_that_did_not_upload():
+    """GPFedRec's server over two rounds: round 2 without client 2's upload gives the others their
+    new r_u (the plain formulas over the round-2 uploads) and client 2 its round-1 r_u."""
+    from corolla.config import resolve
+    from strategies.base import ClientResult
+    from server_app.roster import Roster
+    from strategies.base import Phase
+    from strategies.ufgraphfr import GraphAggregation
+
+    cfg = resolve("gpfedrec-ml100k", {})
+    s = type("GP", (GraphAggregation,), {"global_table_too": True})(cfg)
+    s.roster = Roster()
+    s.roster.n_items = 3
+    g = np.random.default_rng(5)
+
+    def round_(rnd, cids):
+        ups = {c: g.normal(size=(3, 32)).astype(np.float32) for c in cids}
+        for c, t in ups.items():
+            s.accept(Phase.TRAIN, rnd, c, ClientResult({"item.weight": t}, {}))
+        s.aggregate_phase(Phase.TRAIN, rnd, {c: ClientResult({}, {"train-loss": 0.5}) for c in cids})
+        e = np.stack([ups[c].reshape(-1) for c in sorted(cids)])
+        r = graph.propagate(graph.build_graph(e, "reference", 0, 1.0), e)
+        return {c: r[j].reshape(3, 32) for j, c in enumerate(sorted(cids))}, r.mean(0).reshape(3, 32)
+
+    first, _ = round_(1, [0, 1, 2, 3])
+    second, glob = round_(2, [0, 1, 3])
+    for c in (0, 1, 3):
+        np.testing.assert_allclose(s.personal[c], second[c], rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(s.personal[2], first[2])
+    np.testing.assert_allclose(s.global_table, glob, rtol=0, atol=1e-6)
+
+
 # --------------------------------------------------------------------------- model and training
 
 def test_transformer_is_row_independent_in_eval():
