@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -136,9 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.json).write_text(json.dumps({"preset": a.preset, "set": a.set, "rounds": a.rounds, "nodes": a.nodes,
                                             "wall_s": wall, "table_set_mb": unit, "peak_mb": overall / MB,
                                             "stages": probe.rows,
-                                            "command": "python benchmarks/round_memory.py " + " ".join(
-                                                sys.argv[1:] if argv is None else argv)}, indent=1))
+                                            "command": _command(sys.argv[1:] if argv is None else argv, a.data_dir)},
+                                           indent=1))
     return 0
+
+
+def _command(args: list[str], data_dir: str) -> str:
+    """The command line as a result file keeps it: the data folder named ``$COROLLA_DATA`` when it is
+    that variable's folder, so the file names no path of the machine it ran on."""
+    env = os.environ.get("COROLLA_DATA")
+    same = env and Path(env).resolve() == Path(data_dir).resolve()
+    return "python benchmarks/round_memory.py " + " ".join("$COROLLA_DATA" if same and x == data_dir else x for x in args)
 
 
 if __name__ == "__main__":
