@@ -40,15 +40,20 @@ class Probe:
         self.rows: list[dict] = []
         self.round = 0
 
+    def _start(self) -> tuple[float, float]:
+        tracemalloc.reset_peak()
+        return tracemalloc.get_traced_memory()[0], time.perf_counter()
+
+    def _record(self, name: str, before: float, t0: float) -> None:
+        cur, peak = tracemalloc.get_traced_memory()
+        self.rows.append({"round": self.round, "stage": name, "held_before_mb": before / MB,
+                          "peak_mb": peak / MB, "held_after_mb": cur / MB, "s": time.perf_counter() - t0})
+
     def stage(self, name: str, fn):
         def wrapped(*a, **kw):
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            t0 = time.perf_counter()
+            before, t0 = self._start()
             out = fn(*a, **kw)
-            cur, peak = tracemalloc.get_traced_memory()
-            self.rows.append({"round": self.round, "stage": name, "held_before_mb": before / MB,
-                              "peak_mb": peak / MB, "held_after_mb": cur / MB, "s": time.perf_counter() - t0})
+            self._record(name, before, t0)
             return out
         return wrapped
 
@@ -57,13 +62,9 @@ class Probe:
         the caller has consumed it, so the server's handling of each reply as it arrives
         (``accept``: held or folded uploads) is inside it, and replies are not listed."""
         def wrapped(*a, **kw):
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            t0 = time.perf_counter()
+            before, t0 = self._start()
             yield from fn(*a, **kw)
-            cur, peak = tracemalloc.get_traced_memory()
-            self.rows.append({"round": self.round, "stage": name, "held_before_mb": before / MB,
-                              "peak_mb": peak / MB, "held_after_mb": cur / MB, "s": time.perf_counter() - t0})
+            self._record(name, before, t0)
         return wrapped
 
 

@@ -147,10 +147,11 @@ def test_graph_server_keeps_the_r_u_of_a_client_that_did_not_upload():
     from strategies.base import ClientResult
     from server_app.roster import Roster
     from strategies.base import Phase
-    from strategies.ufgraphfr import GraphAggregation
+    from strategies.registry import strategy_class
 
     cfg = resolve("gpfedrec-ml100k", {})
-    s = type("GP", (GraphAggregation,), {"global_table_too": True})(cfg)
+    s = strategy_class(cfg)(cfg)        # as the ServerApp builds it (the method table's options)
+    assert s.gpfedrec
     s.roster = Roster()
     s.roster.n_items = 3
     g = np.random.default_rng(5)
