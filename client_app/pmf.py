@@ -5,7 +5,8 @@ harness (``client_app.oneuser``, shared with PFedRec, UFGraphFR and GPFedRec).
 
 Every logical client is one user with its own copy of the model: a 1 × d user vector, a full
 M × d item table and, for NCF, the MLP tower (``corolla.models`` MF = the code's PMF/FCF, NCF =
-its MLP-only NCF). All clients start from one shared initialisation (``init-std`` = 1: PyTorch's
+its MLP-only NCF; ``lightgcn``: LightGCN over the user's first-order graph, the user and its train
+positives, ``corolla.models.star``: FedLightGCN of UFGraphFR's Table 4). All clients start from one shared initialisation (``init-std`` = 1: PyTorch's
 N(0, 1) embedding init, as the code); with ``user-init = shared`` also the same user vector.
 
 Round (``train`` phase), per client:
@@ -109,14 +110,15 @@ class OneUserClient(OneUserBase):
         samples, perms = round_samples(clients, rnd)
         trained, losses = train_users(starts, samples, perms, partial(
             train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=prm.lr_mlp,
-            wd_mlp=prm.mlp_weight_decay, early_break=prm.early_break), dev, dense=not sparse,
+            wd_mlp=prm.mlp_weight_decay, early_break=prm.early_break, graph_layers=graph_layers(cfg)), dev,
+            dense=not sparse,
             **type(clients[0]).train_options(clients, rnd, starts, personals))
         if not clients[0].reply_evaluates(rnd):
             evals = [{}] * len(clients)
         elif sparse:
             evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, stacked_scorer))
         else:
-            evals = evaluate_stacked(clients, stacked_scorer(stack(trained, names, dev)))
+            evals = evaluate_stacked(clients, stacked_scorer(stack(trained, names, dev), user_graphs(clients)))
         out = []
         for c, new, rows, loss, ev, pers in zip(clients, trained, samples, losses, evals, personals):
             if sparse:
@@ -135,7 +137,7 @@ class OneUserClient(OneUserBase):
     def batch_evaluate(clients, rnd, states, shared, personals) -> list[PhaseResult]:
         new_states = [c.evaluation_state(s, p) for c, s, p in zip(clients, states, personals)]
         params = stack(new_states, list(new_states[0]), clients[0].device)
-        evals = evaluate_stacked(clients, stacked_scorer(params))
+        evals = evaluate_stacked(clients, stacked_scorer(params, user_graphs(clients)))
         return [PhaseResult(metrics=ev, state=ns if p else None)
                 for ev, ns, p in zip(evals, new_states, personals)]
 
@@ -153,7 +155,8 @@ class OneUserClient(OneUserBase):
         params = stack([state], list(state), self.device)
         it = torch.as_tensor(np.asarray(items).reshape(1, -1) if items is not None
                              else np.arange(self.fed.n_items)[None], device=self.device)
-        return stacked_scorer(params)(torch.zeros(1, dtype=torch.long), it).reshape(len(local_users), -1)
+        return stacked_scorer(params, user_graphs([self]))(torch.zeros(1, dtype=torch.long), it).reshape(
+            len(local_users), -1)
 
 
 def interpolate(own: dict[str, np.ndarray], agg: dict[str, np.ndarray], rho: float) -> dict[str, np.ndarray]:
@@ -164,13 +167,33 @@ def interpolate(own: dict[str, np.ndarray], agg: dict[str, np.ndarray], rho: flo
     return out
 
 
-def stacked_scorer(params: dict[str, torch.Tensor]):
-    """Sigmoid scores of MF/NCF for :func:`client_app.oneuser.evaluate_stacked`."""
+def graph_layers(cfg) -> int | None:
+    """LightGCN's layers K when the one-user model is ``lightgcn`` (FedLightGCN), else None."""
+    return int(cfg["gcn-layers"]) if cfg["model"] == "lightgcn" else None
+
+
+def user_graphs(clients) -> tuple[torch.Tensor, int] | None:
+    """(pos, K) of these one-user clients when the model is LightGCN: pos[b] marks the items of
+    client b's graph, its train positives, over the whole item table; else None (MF, NCF)."""
+    k = graph_layers(clients[0].cfg)
+    if k is None:
+        return None
+    fed = clients[0].fed
+    pos = torch.zeros((len(clients), fed.n_items), dtype=torch.float32, device=clients[0].device)
+    for b, c in enumerate(clients):
+        pos[b, torch.as_tensor(fed.rows("train", c.user).astype(np.int64), device=clients[0].device)] = 1.0
+    return pos, k
+
+
+def stacked_scorer(params: dict[str, torch.Tensor], graphs: tuple[torch.Tensor, int] | None = None):
+    """Sigmoid scores of MF/NCF (or LightGCN over the clients' ``graphs``, :func:`user_graphs`)
+    for :func:`client_app.oneuser.evaluate_stacked`."""
     names = mlp_layer_names(params)
 
     def score(idx: torch.Tensor, items: torch.Tensor) -> np.ndarray:
         with torch.no_grad():
             sub = {k: v[idx] for k, v in params.items()}
-            return torch.sigmoid(stacked_logits(sub, items, names)).cpu().numpy().astype(np.float32)
+            graph = None if graphs is None else (graphs[0][idx], graphs[1])
+            return torch.sigmoid(stacked_logits(sub, items, names, graph)).cpu().numpy().astype(np.float32)
 
     return score

@@ -62,7 +62,8 @@ REDUCE = {
     "local-mlp-ml100k-943": "clients-per-round=16",
 }
 # Presets added after the golden file was first written (issues 38 and 39: the six baselines, the
-# centralised references, FedCA Table 1's FilmTrust and NCF rows, UFGraphFR's Lastfm-2K rows): their
+# centralised references, FedCA Table 1's FilmTrust and NCF rows, UFGraphFR's Lastfm-2K rows, FedLightGCN on
+# UFGraphFR's harness): their
 # lines were written when they were added, on the heaviest users only (a minute a preset in full on
 # 2 cores, Lastfm-2K's 12,454-item tables 2 minutes a round for 90 users: 20 of them; every code path is kept), the same reduction before and after.
 HEAVY_USERS = {"ml-100k": "min-user-interactions=300", "lastfm-2k-tagged": "min-user-interactions=300 max-users=20 local-epochs=1",
@@ -75,7 +76,8 @@ ADDED = [f"central-{m}-{p}-ml100k" for m in ("mf", "ncf", "sgl") for p in ("fedc
     "fedncf-ufgraphfr-ml100k", "fedmf-ufgraphfr-lastfm2k", "fedncf-ufgraphfr-lastfm2k", "pfedrec-ufgraphfr-lastfm2k",
     "gpfedrec-lastfm2k", "ufgraphfr-lastfm2k", "ufgraphfr-lite-lastfm2k", "fedrecon-ufgraphfr-lastfm2k",
     "metamf-ufgraphfr-lastfm2k", "fedpergnn-ufgraphfr-ml100k", "fedpergnn-ufgraphfr-lastfm2k"] + [
-    f"central-{m}-ufgraphfr-lastfm2k" for m in ("mf", "ncf", "sgl")]
+    f"central-{m}-ufgraphfr-lastfm2k" for m in ("mf", "ncf", "sgl")] + [
+    "fedlightgcn-ufgraphfr-ml100k", "fedlightgcn-ufgraphfr-lastfm2k"]
 
 
 def reduce_for(name: str, dataset: str) -> str:

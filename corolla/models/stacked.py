@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from corolla.models.star import star_logits
+
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
@@ -34,12 +36,16 @@ def is_embedding(name: str) -> bool:
     return name.startswith(("user.", "item."))
 
 
-def stacked_logits(p: dict[str, torch.Tensor], items: torch.Tensor, mlp_names: list[str]) -> torch.Tensor:
+def stacked_logits(p: dict[str, torch.Tensor], items: torch.Tensor, mlp_names: list[str],
+                   graph: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
     """Logits of a clients × L block of items, for stacked parameters ``p`` (leading axis = the
     clients of ``items``' rows). ``mlp_names``: the Linear layers of NCF's tower in order
-    (empty for MF)."""
+    (empty for MF). ``graph`` = (pos, K): LightGCN over each client's one-user graph instead
+    (``corolla.models.star``; ``pos``: clients × items of their tables, 1 on their positives)."""
     a, n = items.shape
     user = p["user.weight"][:, 0, :]                                          # a × d
+    if graph is not None:
+        return star_logits(user, p["item.weight"], graph[0], items, graph[1])
     d = user.shape[1]
     q = torch.gather(p["item.weight"], 1, items[..., None].expand(a, n, d))  # a × L × d
     if not mlp_names:
@@ -55,6 +61,16 @@ def stacked_logits(p: dict[str, torch.Tensor], items: torch.Tensor, mlp_names: l
 def mlp_layer_names(names) -> list[str]:
     return sorted({n.rsplit(".", 1)[0] for n in names if n.startswith("mlp.")},
                   key=lambda s: int(s.split(".")[1]))
+
+
+def positive_masks(samples: list[dict[str, np.ndarray]], width: int, device) -> torch.Tensor:
+    """B × ``width`` float mask, 1 on the items of each client's training positives (label 1): the
+    item nodes of its one-user LightGCN graph (``corolla.models.star``)."""
+    out = torch.zeros((len(samples), width), dtype=torch.float32, device=device)
+    for b, s in enumerate(samples):
+        pos = np.asarray(s["item"])[np.asarray(s["label"]) > 0]
+        out[b, torch.as_tensor(pos, dtype=torch.long, device=device)] = 1.0
+    return out
 
 
 def epoch_permutations(g: np.random.Generator, n: int, epochs: int) -> list[np.ndarray]:
@@ -88,7 +104,8 @@ def epoch_batches(samples: list[dict[str, np.ndarray]], perms: list[list[np.ndar
 
 def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.ndarray]],
                   perms: list[list[np.ndarray]], batch_size: int, lr_emb: float, lr_mlp: float,
-                  wd_mlp: float, early_break: float, penalty=None) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+                  wd_mlp: float, early_break: float, penalty=None,
+                  graph_layers: int | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray]:
     """Train B one-user models in place of their stacked ``params``.
 
     ``samples[b]``: ``item`` (int) and ``label`` (float) of client b's training rows;
@@ -96,7 +113,9 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     each mini-batch's loss of the clients at positions ``idx`` (``leaf``: their parameters at that
     step, a × ...; returns a tensor of a values): a method's change of the local objective
     (pFedGraph's similarity term). It is back-propagated with the loss but not counted in the
-    reported loss or the early break. Returns (params, final cumulative loss per client).
+    reported loss or the early break. ``graph_layers`` K: the model is LightGCN with K layers over
+    each client's one-user graph, its positives being the rows of ``samples`` labelled 1
+    (FedLightGCN; ``corolla.models.star``). Returns (params, final cumulative loss per client).
     """
     names = list(params)
     mlp = mlp_layer_names(names)
@@ -111,12 +130,14 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     cum_n = np.zeros(B)
     prev = np.zeros(B)
     alive = n > 0
+    pos = None if graph_layers is None else positive_masks(samples, params["item.weight"].shape[1], dev)
     b1, b2 = ADAM_BETAS
     for e in range(epochs):
         for act, idx, it, lab, mask in epoch_batches(samples, perms, e, alive, batch_size, dev):
             cnt = mask.sum(1)
             leaf = {k: params[k][idx].detach().requires_grad_(True) for k in names}
-            prob = torch.sigmoid(stacked_logits(leaf, it, mlp))
+            graph = None if pos is None else (pos[idx], graph_layers)
+            prob = torch.sigmoid(stacked_logits(leaf, it, mlp, graph))
             per = F.binary_cross_entropy(prob, lab, reduction="none")
             loss = (per * mask).sum(1) / cnt
             (loss if penalty is None else loss + penalty(leaf, idx)).sum().backward()
