@@ -6,8 +6,9 @@ harness (``client_app.oneuser``, shared with PFedRec, UFGraphFR and GPFedRec).
 Every logical client is one user with its own copy of the model: a 1 × d user vector, a full
 M × d item table and, for NCF, the MLP tower (``corolla.models`` MF = the code's PMF/FCF, NCF =
 its MLP-only NCF; ``lightgcn``: LightGCN over the user's first-order graph, the user and its train
-positives, ``corolla.models.star``: FedLightGCN of UFGraphFR's Table 4). All clients start from one shared initialisation (``init-std`` = 1: PyTorch's
-N(0, 1) embedding init, as the code); with ``user-init = shared`` also the same user vector.
+positives, ``corolla.models.star``: FedLightGCN of UFGraphFR's Table 4). All clients start from
+one shared initialisation (``init-std`` = 1: PyTorch's N(0, 1) embedding init, as the code); with
+``user-init = shared`` also the same user vector.
 
 Round (``train`` phase), per client:
 

@@ -15,7 +15,6 @@ from corolla.methods.declaration import Method
 from corolla.methods.lpsfed import check as lgcn_check
 
 
-
 def check_one_user_lightgcn(cfg) -> None:
     """FedLightGCN scores with the rows of each user's positives (its graph): item-upload = rows,
     whose clients keep only the rows they trained, is not for it."""
