@@ -1,7 +1,8 @@
 """LightGCN on one user's first-order interaction subgraph: FedLightGCN on the one-user harness.
 
-UFGraphFR's Table 4 (its FedLightGCN row, taken from GPFedRec's paper: "each client trains local
-LightGCN using a first-order interaction subgraph") trains LightGCN (He et al., SIGIR'20, Eq. 3-4)
+UFGraphFR's Table 4 (its FedLightGCN row, "the way LightGCN extends to the federated learning
+framework in the GPFedRec paper: each client trains local LightGCN using a first-order interaction
+subgraph", UFGraphFR §5.2.1) trains LightGCN (He et al., SIGIR'20, Eq. 3-4)
 on the graph a one-user client has: its user node u joined to the items P of its training
 positives. Every item of P has degree 1 and u has degree n = |P|, so the symmetric normalisation
 D^-½ A D^-½ puts w = 1/√n on every edge and the K propagation layers have a closed form:
