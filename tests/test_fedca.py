@@ -20,6 +20,7 @@ from corolla.models.stacked import (
 from server_app.app import run_federation
 from tests.tolerance import assert_far_beyond, f32_train_atol, max_abs_diff
 from tests.inproc import InProcessTransport, partitions
+from tests.oneuser import one_user_problem
 
 
 def _cfg(model):
@@ -30,20 +31,7 @@ BATCH, LR_EMB, LR_MLP, WD_MLP, EPOCHS = 8, 0.05, 0.02, 1e-3, 5
 
 
 def _one_user_problem(model, users=6, m_items=40):
-    g = np.random.default_rng(0)
-    states, samples, perms = [], [], []
-    torch.manual_seed(0)
-    template = build_model(_cfg(model), 1, m_items)
-    for u in range(users):
-        st = {k: v.detach().numpy().copy() for k, v in template.named_parameters()}
-        st["user.weight"] = g.normal(size=(1, 4)).astype(np.float32)
-        states.append(st)
-        pos = g.choice(m_items, size=int(g.integers(1, 9)), replace=False)
-        pool = np.setdiff1d(np.arange(m_items), pos)
-        s = training_rows(pos, pool, 4, g)
-        samples.append(s)
-        perms.append(epoch_permutations(g, len(s["item"]), EPOCHS))
-    return states, samples, perms
+    return one_user_problem(_cfg(model), users, m_items, 0, (1, 9), EPOCHS)[:3]
 
 
 def _reference(model, state, sample, perm, early_break, lr_emb=LR_EMB, m_items=40):

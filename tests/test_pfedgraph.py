@@ -23,11 +23,12 @@ import torch
 
 from client_app.pfedgraph import partial_penalty, similarity_term
 from corolla.models.factory import build_model
-from corolla.models.stacked import epoch_permutations, stack, train_stacked, train_users, training_rows, unstack
+from corolla.models.stacked import train_stacked, train_users
 from server_app.app import run_federation
 from strategies.pfedgraph import PFedGraph, aggregate_by_graph, cosine_difference, graph_weights
 from strategies.base import ClientResult
 from tests.inproc import InProcessTransport, partitions
+from tests.oneuser import one_user_problem
 from tests.tolerance import assert_far_beyond, f32_train_atol, max_abs_diff
 
 G = json.loads((Path(__file__).parent / "golden" / "pfedgraph_tiny.json").read_text())
@@ -128,20 +129,11 @@ def test_aggregated_evaluation_sends_the_aggregate_first_and_the_target_with_tra
 
 # ------------------------------------------------------------------------ the training path
 def _problem(users=5, m_items=30, d=4, model="mf"):
-    g = np.random.default_rng(1)
-    torch.manual_seed(1)
     cfg = {"model": model, "dim": d, "loss": "bce", "weight-decay": 0.0, "mlp-layers": "8,4"}
-    template = build_model(cfg, 1, m_items)
-    states, samples, perms, targets = [], [], [], []
-    for _ in range(users):
-        st = {k: v.detach().numpy().copy() for k, v in template.named_parameters()}
-        st["user.weight"] = g.normal(size=(1, d)).astype(np.float32)
-        states.append(st)
-        pos = g.choice(m_items, size=int(g.integers(2, 8)), replace=False)
-        s = training_rows(pos, np.setdiff1d(np.arange(m_items), pos), 4, g)
-        samples.append(s)
-        perms.append(epoch_permutations(g, len(s["item"]), 3))
-        targets.append({k: g.normal(size=v.shape).astype(np.float32) for k, v in st.items() if k != "user.weight"})
+    states, samples, perms, _ = one_user_problem(cfg, users, m_items, 1, (2, 8), 3)
+    g = np.random.default_rng(2)
+    targets = [{k: g.normal(size=v.shape).astype(np.float32) for k, v in st.items() if k != "user.weight"}
+               for st in states]
     return cfg, states, samples, perms, targets
 
 

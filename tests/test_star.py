@@ -10,9 +10,9 @@ import torch
 
 from corolla.models.factory import build_model
 from corolla.models.lightgcn import normalized_adjacency, propagate
-from corolla.models.stacked import (epoch_permutations, stack, train_one, train_stacked, train_users,
-                                    training_rows, unstack)
+from corolla.models.stacked import stack, train_one, train_stacked, train_users, unstack
 from corolla.models.star import star_embeddings, star_logits
+from tests.oneuser import one_user_problem
 from tests.tolerance import assert_far_beyond, f32_train_atol, max_abs_diff
 
 M, D = 30, 4
@@ -78,20 +78,7 @@ def _cfg():
 
 
 def _problem(users=5):
-    g = np.random.default_rng(3)
-    torch.manual_seed(3)
-    template = build_model(_cfg(), 1, M)
-    states, samples, perms, positives = [], [], [], []
-    for _ in range(users):
-        st = {k: v.detach().numpy().copy() for k, v in template.named_parameters()}
-        st["user.weight"] = g.normal(size=(1, D)).astype(np.float32)
-        states.append(st)
-        pos = g.choice(M, size=int(g.integers(1, 9)), replace=False)
-        s = training_rows(pos, np.setdiff1d(np.arange(M), pos), 4, g)
-        samples.append(s)
-        perms.append(epoch_permutations(g, len(s["item"]), EPOCHS))
-        positives.append(pos)
-    return states, samples, perms, positives
+    return one_user_problem(_cfg(), users, M, 3, (1, 9), EPOCHS)
 
 
 def _reference(state, sample, perm, pos, lr=LR):
