@@ -346,9 +346,6 @@ def validate(cfg: dict[str, Any]) -> None:
     if cfg["dataset"] == "gowalla" and cfg["split"] not in ("given", "loo"):
         raise ConfigError("dataset 'gowalla' is the LightGCN split; it needs split=given (its train/test files) or "
                           "split=loo (both pooled, leave-one-out by file order: it has no timestamps; scale runs)")
-    if cfg["model"] == "lightgcn" and cfg["loss"] != "bpr" and cfg["harness"] != "one-user":
-        # (the one-user harness trains its own BCE on sampled rows, LightGCN included: FedLightGCN)
-        raise ConfigError("config key 'loss': LightGCN is trained with 'bpr'")
     from corolla import methods
 
     method = methods.check(cfg)   # the method table: harness, model, the method's and its harness's checks

@@ -125,3 +125,11 @@ def test_fedlightgcn_refuses_row_uploads():
         resolve("fedlightgcn-ufgraphfr-ml100k", {"item-upload": "rows"}, None)
     with pytest.raises(ValueError, match="gcn-layers"):
         star_embeddings(torch.zeros(1, 2), torch.zeros(1, 3, 2), torch.zeros(1, 3), -1)
+
+
+def test_lightgcn_loss_is_the_harness_rule():
+    from corolla.config import ConfigError, resolve
+
+    assert resolve("fedlightgcn-ufgraphfr-ml100k", {}, None)["loss"] == "bce"   # one-user: the harness's BCE
+    with pytest.raises(ConfigError, match="'loss'.*bpr"):
+        resolve("fedavg-lightgcn-ml100k", {"loss": "bce"}, None)                  # silo: LightGCN's own BPR

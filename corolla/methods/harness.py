@@ -29,6 +29,13 @@ EXPANDED_KEYS = {
 }
 
 
+def check_silo(cfg, method):
+    # a silo client trains its model's own loss: LightGCN's is BPR (``corolla.models.lightgcn``); the
+    # one-user harness trains BCE on sampled rows whatever the model, the expanded one BPR (below)
+    if cfg["model"] == "lightgcn" and cfg["loss"] != "bpr":
+        raise ConfigError("config key 'loss': LightGCN is trained with 'bpr'")
+
+
 def check_one_user(cfg, method):
     if cfg["partition"] != "user":
         raise ConfigError("config key 'partition': harness='one-user' needs partition='user'")
@@ -58,7 +65,7 @@ def check_expanded(cfg, method):
 
 
 HARNESSES = {
-    "silo": Harness("silo", "a logical client holds one or more users and one model"),
+    "silo": Harness("silo", "a logical client holds one or more users and one model", check=check_silo),
     "one-user": Harness("one-user", "one user per client, its own full item table, evaluated with its own "
                         "post-training parameters", ONE_USER_KEYS, check_one_user, evaluates_in_reply=True),
     "expanded": Harness("expanded", "one user per client, a LightGCN over its expanded local graph, rows of "
