@@ -26,7 +26,6 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
-from pathlib import Path
 from typing import Any
 
 from corolla.keys import ConfigError, Key
