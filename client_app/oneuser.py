@@ -8,8 +8,10 @@ user's own post-training model, fused into the training reply.
   followed by ``num-negatives`` distinct negatives from ``neg-pool`` (``uninteracted``: items the
   user never interacted with in any split), re-drawn every round, and the row order of each local
   epoch; seeded by (seed, client, round), so the node that hosts a client does not matter;
-* :func:`evaluate_stacked` — valid and test metrics of every client on its held-out item and its
-  negatives, from a batched scoring function;
+* :func:`evaluate_stacked` — valid and test metrics of every client from a batched scoring
+  function: on its held-out item and its negatives (``protocol = loo``), or over every item with
+  its train items (and, for test, its valid items) masked (``protocol = full-rank``: FedCIA's
+  protocol, its §6.1.3, for PFedRec and GPFedRec on FedCIA's split);
 * :class:`OneUserBase` — the one-user check every such client shares;
 * ``item-upload = rows`` (:func:`rows_upload`, :func:`rows_scorer`): a client that starts from
   the global item table sends only the rows its round trained, with their ids, keeps no copy of
@@ -71,10 +73,13 @@ def evaluated(cfg, rnd: int) -> bool:
 def evaluate_stacked(clients, score: Callable) -> list[dict[str, list[float]]]:
     """Leave-one-out metrics of every client's user on valid and test (FedCA's ``utils/metrics.py:37-60``, UFGraphFR's
     ``engine.py:336-439``), batched: ``score(idx, items)`` returns the float32 scores of the clients at positions
-    ``idx`` (a tensor) on their candidate items (clients × 100, the held-out item last)."""
+    ``idx`` (a tensor) on their candidate items (clients × 100, the held-out item last). With
+    ``protocol = full-rank`` the candidates are every item (:func:`evaluate_full_rank`)."""
     import torch
 
     fed, cfg = clients[0].fed, clients[0].cfg
+    if cfg["protocol"] == "full-rank":
+        return evaluate_full_rank(clients, score)
     ks = clients[0].ks
     out: list[dict[str, list[float]]] = [{} for _ in clients]
     for split in ("valid", "test"):
@@ -97,6 +102,43 @@ def evaluate_stacked(clients, score: Callable) -> list[dict[str, list[float]]]:
         for r, j in enumerate(rows):
             for k, v in res.items():
                 out[j][f"{split}/{k}"] = [float(v[r])]
+    return out
+
+
+FULL_RANK_CHUNK = 64   # clients scored together on every item (chunk × items × d floats gathered)
+
+
+def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]:
+    """Full-ranking metrics of every client's user on valid and test, the silo harness's
+    (``LogicalClient.evaluate_split``) for one-user clients scored batched: each client's
+    scores on every item, its train items masked (and, for test, its valid items; items it does
+    not own under item ownership), then ``corolla.metrics.full_rank_user_metrics`` against its
+    held-out items (FedCIA's variants with ``compat-fedcia-metrics``)."""
+    import torch
+
+    fed, cfg = clients[0].fed, clients[0].cfg
+    ks, dev = clients[0].ks, clients[0].device
+    out: list[dict[str, list[float]]] = [{} for _ in clients]
+    for split in ("valid", "test"):
+        rows = [j for j, c in enumerate(clients) if len(fed.rows(split, int(c.users[0])))]
+        for a in range(0, len(rows), FULL_RANK_CHUNK):
+            part = rows[a:a + FULL_RANK_CHUNK]
+            items = torch.arange(fed.n_items, device=dev).expand(len(part), -1)
+            s = np.asarray(score(torch.as_tensor(part, device=dev), items), np.float64).copy()
+            truth = []
+            for r, j in enumerate(part):
+                c = clients[j]
+                u = int(c.users[0])
+                s[r, fed.rows("train", u)] = -np.inf
+                if split == "test":
+                    s[r, fed.rows("valid", u)] = -np.inf
+                if c.item_mask is not None:
+                    s[r, ~c.item_mask] = -np.inf
+                truth.append(fed.rows(split, u))
+            res = M.full_rank_user_metrics(s, truth, ks, fedcia=cfg["compat-fedcia-metrics"])
+            for r, j in enumerate(part):
+                for k, v in res.items():
+                    out[j][f"{split}/{k}"] = [float(v[r])]
     return out
 
 

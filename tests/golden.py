@@ -60,6 +60,9 @@ REDUCE = {
     "fedavg-mlp-ml100k-943": "clients-per-round=16",
     "local-mf-ml100k-943": "clients-per-round=16",
     "local-mlp-ml100k-943": "clients-per-round=16",
+    # PFedRec and GPFedRec on FedCIA Table 1's protocol (943 one-user clients, full ranking)
+    "pfedrec-fedcia-ml100k": "clients-per-round=16",
+    "gpfedrec-fedcia-ml100k": "clients-per-round=16",
 }
 # Presets added after the golden file was first written (issues 38 and 39: the six baselines, the
 # centralised references, FedCA Table 1's FilmTrust and NCF rows, UFGraphFR's Lastfm-2K rows, FedLightGCN on

@@ -39,8 +39,6 @@ def check_silo(cfg, method):
 def check_one_user(cfg, method):
     if cfg["partition"] != "user":
         raise ConfigError("config key 'partition': harness='one-user' needs partition='user'")
-    if cfg["protocol"] != "loo":
-        raise ConfigError("config key 'protocol': harness='one-user' evaluates with protocol='loo'")
     if cfg["client-models"]:
         raise ConfigError("config key 'client-models': not supported with harness='one-user'")
     if cfg["item-upload"] == "rows" and not method.row_upload:

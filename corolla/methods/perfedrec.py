@@ -36,6 +36,10 @@ KEYS = {
 
 
 def check(cfg):
+    if cfg["protocol"] != "loo":
+        raise ConfigError(f"config key 'protocol': PerFedRec's clients keep their own model on their evaluation "
+                          f"candidates only (the 99 negatives and the held-out items), so it evaluates with "
+                          f"protocol='loo', got {cfg['protocol']!r}")
     if cfg["perfedrec-clusters"] < 1:
         raise ConfigError(f"config key 'perfedrec-clusters': expected >= 1, got {cfg['perfedrec-clusters']}")
     if cfg["perfedrec-kmeans-init"] < 1:
