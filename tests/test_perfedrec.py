@@ -280,3 +280,13 @@ def test_cluster_means_leave_out_a_client_without_a_label_and_zero_weights_are_u
     c = cluster_means(up, {0: 0, 1: 1}, 2, fallback, ["t"])
     assert c[0]["t"][0] == 1.0 and c[1]["t"][0] == 3.0
     assert mean_tables([up[0], up[1]], ["t"], [0.0, 0.0])["t"][0] == 2.0
+
+
+def test_perfedrec_refuses_full_ranking_other_one_user_methods_take_it():
+    from corolla.config import resolve
+    from corolla.keys import ConfigError
+
+    with pytest.raises(ConfigError, match="'protocol'.*PerFedRec"):
+        resolve("perfedrec-pmf-ml100k", {"protocol": "full-rank", "split": "ratio"}, None)
+    assert resolve("pfedrec-fedcia-ml100k", {}, None)["protocol"] == "full-rank"
+    assert resolve("fedavg-pmf-ml100k", {"protocol": "full-rank", "split": "ratio"}, None)["protocol"] == "full-rank"
