@@ -10,6 +10,8 @@ rounds and kept in between, UFGraphFR-Lite = 5), propagates R = A E (Eq. 25) and
   table and regularisation target);
 * ``paper``: the global table mean_u R[u] (Eq. 26), sent once per node to everyone;
 * GPFedRec: both, the global table as every client's start, r_u as u's regularisation target.
+  The same server runs FedCIA Table 3's GGA column (``gpfedrec`` on the silo harness,
+  ``client_app.gga``): there the tables are ``dim`` wide (MF d = 256, MLP d = 32).
 
 What the server sees per round: every client's item table (M × 32 floats) and, for UFGraphFR, its
 noised W_u (32 × d_text) — not v_u, the prompt, the interactions or the user part of the model.
@@ -75,8 +77,14 @@ class GraphAggregation(CorollaStrategy):
             return (DIM, self.p.text_dim)
         return (1, DIM)
 
+    @property
+    def dim(self) -> int:
+        """The item tables' width: 32 on the one-user harness (UFGraphFR's and GPFedRec's
+        networks), the run's ``dim`` for GGA's silo clients."""
+        return int(self.cfg["dim"])
+
     def expected_payload(self, phase, cid, control=DEFAULT_CONTROL):
-        out = {"item.weight": ArraySpec((self.n_items, DIM), "float32")}
+        out = {"item.weight": ArraySpec((self.n_items, self.dim), "float32")}
         if not self.gpfedrec:
             out["graph.input"] = ArraySpec(self.graph_input_shape(), "float32")
         return out
@@ -93,7 +101,7 @@ class GraphAggregation(CorollaStrategy):
         rebuild = self.adjacency is None or cids != self.graph_clients or (rnd - 1) % every == 0
         x = (None if self.gpfedrec or not rebuild else
              np.stack([uploads[c].payload["graph.input"].reshape(-1) for c in cids]))
-        e = take_tables(uploads, cids, self.n_items * DIM)   # N × M·32; the uploads are released
+        e = take_tables(uploads, cids, self.n_items * self.dim)   # N × M·32; the uploads are released
         if rebuild:
             self.adjacency = graph.build_graph(e if self.gpfedrec else x, self.p.graph_mode, self.p.neighborhood_size,
                                                self.p.neighborhood_threshold)
@@ -104,10 +112,10 @@ class GraphAggregation(CorollaStrategy):
             release_replaced(self.personal, cids)
         r = graph.propagate(self.adjacency, e)
         del e
-        self.global_table = r.mean(0).reshape(self.n_items, DIM).astype(np.float32)
+        self.global_table = r.mean(0).reshape(self.n_items, self.dim).astype(np.float32)
         if keep:
             for j, c in enumerate(cids):
-                self.personal[c] = r[j].reshape(self.n_items, DIM)
+                self.personal[c] = r[j].reshape(self.n_items, self.dim)
         a = self.adjacency
         return {"clients": len(results), "uploads": len(cids), "graph-round": self.graph_round,
                 "neighbours": float(np.mean((a > 0).sum(1))),

@@ -63,6 +63,9 @@ REDUCE = {
     # PFedRec and GPFedRec on FedCIA Table 1's protocol (943 one-user clients, full ranking)
     "pfedrec-fedcia-ml100k": "clients-per-round=16",
     "gpfedrec-fedcia-ml100k": "clients-per-round=16",
+    # FedCIA Table 3's GGA column (GPFedRec's graph over the 943 one-user MF / MLP clients)
+    "gga-mlp-ml100k-943": "clients-per-round=16",
+    "gga-mf-ml100k-943": "clients-per-round=16",
 }
 # Presets added after the golden file was first written (issues 38 and 39: the six baselines, the
 # centralised references, FedCA Table 1's FilmTrust and NCF rows, UFGraphFR's Lastfm-2K rows, FedLightGCN on

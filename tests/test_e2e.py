@@ -385,3 +385,20 @@ def test_central_reference_through_real_superlink_equals_in_process(tmp_path, da
     SuperNodes; nothing is uploaded) gives the in-process numbers."""
     superlink_equals_in_process(tmp_path, data_dir, "central-mf-fedca-ml100k",
                                 ["num-rounds=2", "min-user-interactions=300", "phase-timeout=120"])
+
+
+def test_gga_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """Graph-guided aggregation on the silo harness (FedCIA Table 3's GGA column: each client's
+    item table up, its graph-aggregated table and the global one down, evaluation with the next
+    message) over 2 real SuperNodes gives the in-process numbers and bytes on 54 users."""
+    superlink_equals_in_process(tmp_path, data_dir, "gga-mlp-ml100k-943",
+                                ["num-rounds=2", "split=ratio", "min-user-interactions=300", "patience=0",
+                                 "phase-timeout=120"], inproc_nodes=2)
+
+
+def test_one_user_full_ranking_through_real_superlink_equals_in_process(tmp_path, data_dir):
+    """PFedRec on FedCIA's protocol (one-user clients ranking every item, FedCIA's metrics) over
+    2 real SuperNodes gives the in-process numbers and bytes on 54 users."""
+    superlink_equals_in_process(tmp_path, data_dir, "pfedrec-fedcia-ml100k",
+                                ["num-rounds=2", "split=ratio", "min-user-interactions=300", "phase-timeout=120"],
+                                inproc_nodes=2)
