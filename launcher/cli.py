@@ -298,6 +298,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.root_certificates and not remote:
         print("error: --root-certificates goes with --superlink", file=sys.stderr)
         return 2
+    if args.drop_node_state and remote:
+        print("error: --drop-node-state: with --superlink the node state lives on the SuperNodes' machines",
+              file=sys.stderr)
+        return 2
     launch = {} if remote or not args.resume else read_launch(Path(args.resume).expanduser())
     if args.mode is None:   # a resume keeps the interrupted run's mode and node count unless told otherwise
         args.mode = launch.get("mode", "local")
@@ -379,7 +383,10 @@ def run_command(args: argparse.Namespace) -> int:
             return 2
         node_configs[int(idx)].update(parse_overrides([kv]))
     if args.mode == "inproc":
-        return _run_inproc(out, run_cfg, node_configs, data_dir, args.quiet)
+        rc = _run_inproc(out, run_cfg, node_configs, data_dir, args.quiet)
+        if rc == 0 and args.drop_node_state:
+            drop_node_state(out, node_configs)
+        return rc
     cluster = Cluster(out, args.mode, nodes, data_dir or None, node_configs, args.idle_poll, args.reply_poll,
                       args.clientapp_start, args.pull_backoff)
     if args.ray_address:   # Flower's simulation calls ray.init(), which joins the cluster RAY_ADDRESS names
@@ -426,6 +433,8 @@ def run_command(args: argparse.Namespace) -> int:
     if summary.get("status") == "completed":
         print(_summary_line(summary, out))
         _print_run_page(out)
+        if args.drop_node_state:
+            drop_node_state(out, node_configs)
         return 0
     if summary.get("input_error"):   # the reason is the input (e.g. data no node could load): one line
         print(f"error: {summary['error']} (logs in {cluster.logs})", file=sys.stderr)
@@ -442,6 +451,23 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 LAUNCH_FILE = "launch.json"
+
+
+def drop_node_state(out: Path, node_configs: list[dict]) -> None:
+    """``--drop-node-state``: after a completed run, remove ``OUT/node-state`` (every hosted
+    client's last states, kept for ``--resume``: gigabytes for hundreds of clients with large
+    tables). A ``state-dir`` given with ``--node-config`` is the user's and stays."""
+    root = (out / "node-state").resolve()
+    given = [Path(nc["state-dir"]).resolve() for nc in node_configs if nc.get("state-dir")]
+    if any(d != root and root not in d.parents for d in given):
+        print("corolla: --drop-node-state: a node's state-dir is outside OUT/node-state; nothing removed",
+              file=sys.stderr)
+        return
+    if not root.is_dir():
+        return
+    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    shutil.rmtree(root)
+    print(f"corolla: node state dropped ({size / 1e6:.1f} MB; the run can no longer be resumed)")
 
 
 def read_launch(out: Path) -> dict:
@@ -716,6 +742,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--quiet", action="store_true",
                    help="print only the result (the round lines stay in OUT/rounds.log, the per-phase detail in "
                         "OUT/progress.log)")
+    r.add_argument("--drop-node-state", action="store_true",
+                   help="after a completed run, remove OUT/node-state (every client's last states, kept for "
+                        "--resume; gigabytes for hundreds of clients with large tables)")
     r.add_argument("--node-config", action="append", metavar="I:KEY=VALUE",
                    help="extra node config for SuperNode I in local mode (repeatable)")
     p = sub.add_parser("presets", help="list presets with their paper numbers")

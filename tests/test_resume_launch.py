@@ -52,3 +52,27 @@ def test_resume_keeps_the_runs_mode_and_node_count(tmp_path, data_dir):
     assert told.returncode == 0, told.stdout + told.stderr
     assert "inproc mode, 2 nodes" in told.stdout
     assert json.loads((out / LAUNCH_FILE).read_text()) == {"mode": "inproc", "nodes": 2}
+
+
+def test_drop_node_state_removes_it_after_a_completed_run_only_when_asked(tmp_path, data_dir):
+    args = ["--preset", "fedavg-mf-ml100k", "--mode", "inproc", "--nodes", "2", "--quiet"] + [
+        a for s in SMALL for a in ("--set", s)]
+    kept = _cli(args + ["--out", str(tmp_path / "kept")], data_dir)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert any(p.is_file() for p in (tmp_path / "kept" / "node-state").rglob("*"))     # kept for --resume
+    dropped = _cli(args + ["--out", str(tmp_path / "dropped"), "--drop-node-state"], data_dir)
+    assert dropped.returncode == 0, dropped.stdout + dropped.stderr
+    assert "node state dropped" in dropped.stdout
+    assert not (tmp_path / "dropped" / "node-state").exists()
+    s = json.loads((tmp_path / "dropped" / "summary.json").read_text())
+    assert s["metrics"] == json.loads((tmp_path / "kept" / "summary.json").read_text())["metrics"]
+    # a state-dir the user gave a node is not the launcher's to remove
+    own = tmp_path / "own-state"
+    mine = _cli(args + ["--out", str(tmp_path / "mine"), "--drop-node-state", "--node-config", f"0:state-dir=\"{own}\""],
+                data_dir)
+    assert mine.returncode == 0, mine.stdout + mine.stderr
+    assert "nothing removed" in mine.stderr and any(p.is_file() for p in own.rglob("*"))
+    refused = subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--superlink", "127.0.0.1:1",
+                              "--preset", "fedavg-mf-ml100k", "--drop-node-state"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert refused.returncode == 2 and "--drop-node-state" in refused.stderr
