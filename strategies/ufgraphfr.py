@@ -101,7 +101,7 @@ class GraphAggregation(CorollaStrategy):
         rebuild = self.adjacency is None or cids != self.graph_clients or (rnd - 1) % every == 0
         x = (None if self.gpfedrec or not rebuild else
              np.stack([uploads[c].payload["graph.input"].reshape(-1) for c in cids]))
-        e = take_tables(uploads, cids, self.n_items * self.dim)   # N × M·32; the uploads are released
+        e = take_tables(uploads, cids, self.n_items * self.dim)   # N × M·dim; the uploads are released
         if rebuild:
             self.adjacency = graph.build_graph(e if self.gpfedrec else x, self.p.graph_mode, self.p.neighborhood_size,
                                                self.p.neighborhood_threshold)
