@@ -43,9 +43,14 @@ def model_kwargs(prm) -> dict:
             "dropout": float(prm.dropout)}
 
 
+def head_layers(prm) -> tuple[int, ...]:
+    """GPFedRec's score-head widths (``gpfedrec-head``)."""
+    return tuple(int(w) for w in str(prm.gpfedrec_head).split(","))
+
+
 def initial(cfg, prm, n_items: int) -> dict[str, np.ndarray]:
     kind = cfg["model"]
-    kw = model_kwargs(prm) if kind == "ufgraphfr" else {}
+    kw = model_kwargs(prm) if kind == "ufgraphfr" else {"head_layers": head_layers(prm)}
     return UF.shared_init(kind, n_items, prm.text_dim, cfg["seed"], **kw)
 
 

@@ -66,6 +66,7 @@ REDUCE = {
     # FedCIA Table 3's GGA column (GPFedRec's graph over the 943 one-user MF / MLP clients)
     "gga-mlp-ml100k-943": "clients-per-round=16",
     "gga-mf-ml100k-943": "clients-per-round=16",
+    "gpfedrec-mlp-ml100k-943": "clients-per-round=16",
 }
 # Presets added after the golden file was first written (issues 38 and 39: the six baselines, the
 # centralised references, FedCA Table 1's FilmTrust and NCF rows, UFGraphFR's Lastfm-2K rows, FedLightGCN on

@@ -186,9 +186,11 @@ def test_transformer_is_row_independent_in_eval():
     torch.testing.assert_close(together, alone)
 
 
-def _problem(kind, use_transformer=True, use_joint=True, users=5, m_items=30, text_dim=12):
+def _problem(kind, use_transformer=True, use_joint=True, users=5, m_items=30, text_dim=12, head=None):
     g = np.random.default_rng(3)
     kw = {"use_transformer": use_transformer, "use_joint": use_joint, "dropout": 0.1} if kind == "ufgraphfr" else {}
+    if head:
+        kw["head_layers"] = head
     init = UF.shared_init(kind, m_items, text_dim, 0, **kw)
     states, samples, perms, texts, targets = [], [], [], [], []
     for u in range(users):
@@ -204,11 +206,14 @@ def _problem(kind, use_transformer=True, use_joint=True, users=5, m_items=30, te
     return init, states, samples, perms, texts, targets, kw
 
 
-@pytest.mark.parametrize("kind, transformer, joint", [("ufgraphfr", True, True), ("ufgraphfr", False, True),
-                                                      ("ufgraphfr", True, False), ("gpfedrec", False, False)])
-def test_stacked_training_equals_one_user_at_a_time(kind, transformer, joint):
+@pytest.mark.parametrize("kind, transformer, joint, head", [
+    ("ufgraphfr", True, True, None), ("ufgraphfr", False, True, None), ("ufgraphfr", True, False, None),
+    ("gpfedrec", False, False, None), ("gpfedrec", False, False, (64, 32))])   # FedCIA's MLP head (gpfedrec-head)
+def test_stacked_training_equals_one_user_at_a_time(kind, transformer, joint, head):
     m_items, bs = 30, 8
-    init, states, samples, perms, texts, targets, kw = _problem(kind, transformer, joint)
+    init, states, samples, perms, texts, targets, kw = _problem(kind, transformer, joint, head=head)
+    if head:
+        assert sorted(k for k in init if k.startswith("fc.")) == ["fc.0.bias", "fc.0.weight"]
     lrs = UF.learning_rates(0.1, 2.0, m_items)      # a milder lr_eta keeps the toy problem stable
     names = list(states[0])
     params = stack(states, names, torch.device("cpu"))

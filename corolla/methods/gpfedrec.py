@@ -6,9 +6,24 @@ On the silo harness it is FedCIA Table 3's GGA column (FedCIA §6.3: "clients ag
 by forming a relationship graph based on item similarity (e.g., GPFedRec)"): the same server
 around FedCIA's MF and MLP clients (``client_app.gga``)."""
 
-from corolla.keys import ConfigError
+from corolla.keys import ConfigError, Key
 from corolla.methods.declaration import Method
-from corolla.methods.ufgraphfr import check
+from corolla.methods.ufgraphfr import check as check_network
+
+KEYS = {
+    "gpfedrec-head": Key("64,32,16,8", "GPFedRec on the one-user harness: widths of its ReLU score head, the first the "
+                         "concatenated user and item vectors (2 × 32); the code's mlp.py:6-35 is 64,32,16,8, FedCIA's "
+                         "MLP backbone (its Table 3) 64,32"),
+}
+
+
+def check(cfg):
+    """GPFedRec on the one-user harness: UFGraphFR's network and graph checks, and its head."""
+    check_network(cfg)
+    widths = str(cfg["gpfedrec-head"]).split(",")
+    if not all(w.strip().isdigit() and int(w) > 0 for w in widths) or int(widths[0]) != 64:
+        raise ConfigError(f"config key 'gpfedrec-head': expected comma-separated positive widths starting with 64 "
+                          f"(the 32-d user and item vectors side by side), got {cfg['gpfedrec-head']!r}")
 
 
 def check_silo(cfg):
@@ -30,7 +45,7 @@ METHODS = [
            "user graph from the uploaded item tables; personalised and global tables back",
            "UFGraphFR Table 2 GPFedRec row", check=check, key_owners=("ufgraphfr",),
            strategy_options={"global_table_too": True},
-           requires={"optimizer": "sgd"}),
+           requires={"optimizer": "sgd"}, keys=KEYS),
     Method("gpfedrec", "silo", ("mf", "ncf"), "strategies.ufgraphfr:GraphAggregation", "client_app.gga:GGAClient",
            "graph-guided aggregation (GGA): GPFedRec's user graph over the clients' item tables, around FedCIA's MF "
            "and MLP clients", "FedCIA Table 3 GGA column", check=check_silo, key_owners=("ufgraphfr",),

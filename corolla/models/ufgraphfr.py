@@ -89,12 +89,15 @@ class UFGraphFRModel(nn.Module):
 
 
 class GPFedRecModel(nn.Module):
-    def __init__(self, n_items: int):
+    def __init__(self, n_items: int, head_layers: tuple[int, ...] = HEAD_LAYERS):
         super().__init__()
+        if len(head_layers) < 1 or head_layers[0] != 2 * DIM:
+            raise ValueError(f"head_layers: expected widths starting with {2 * DIM} (user and item vector), "
+                             f"got {head_layers}")
         self.user = nn.Embedding(1, DIM)
         self.item = nn.Embedding(n_items, DIM)
-        self.fc = nn.ModuleList([nn.Linear(a, b) for a, b in zip(HEAD_LAYERS[:-1], HEAD_LAYERS[1:])])
-        self.out = nn.Linear(HEAD_LAYERS[-1], 1)
+        self.fc = nn.ModuleList([nn.Linear(a, b) for a, b in zip(head_layers[:-1], head_layers[1:])])
+        self.out = nn.Linear(head_layers[-1], 1)
 
     def forward(self, text, items: torch.Tensor, masks=None) -> torch.Tensor:   # logits
         x = torch.cat([self.user.weight[0].expand(len(items), DIM), self.item(items)], -1)
@@ -104,11 +107,11 @@ class GPFedRecModel(nn.Module):
 
 
 def build(kind: str, n_items: int, text_dim: int = 0, use_transformer: bool = True, use_joint: bool = True,
-          dropout: float = 0.1) -> nn.Module:
+          dropout: float = 0.1, head_layers: tuple[int, ...] = HEAD_LAYERS) -> nn.Module:
     if kind == "ufgraphfr":
         return UFGraphFRModel(n_items, text_dim, use_transformer, use_joint, dropout)
     if kind == "gpfedrec":
-        return GPFedRecModel(n_items)
+        return GPFedRecModel(n_items, tuple(head_layers))
     raise ValueError(f"model: expected 'ufgraphfr' or 'gpfedrec', got {kind!r}")
 
 
@@ -165,9 +168,9 @@ def stacked_logits(kind: str, p: dict[str, torch.Tensor], text: torch.Tensor | N
     B × L × 32, B × L × 32) keep-masks of the dropouts, None in eval."""
     b, n = items.shape
     q = torch.gather(p["item.weight"], 1, items[..., None].expand(b, n, DIM))          # B × L × 32
-    if kind == "gpfedrec":
+    if kind == "gpfedrec":   # its head's depth is the params' (``head_layers``)
         x = torch.cat([p["user.weight"][:, :1, :].expand(b, n, DIM), q], -1)
-        for j in range(len(HEAD_LAYERS) - 1):
+        for j in range(sum(1 for k in p if k.startswith("fc.") and k.endswith(".weight"))):
             x = torch.relu(_lin(x, p, f"fc.{j}"))
         return _lin(x, p, "out").squeeze(-1)
     if "user.bias" in p:   # joint embedding of the text vector
