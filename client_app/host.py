@@ -153,7 +153,13 @@ class NodeHost:
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=self.threads):
-            return self._run_phase(phase, rnd, targets, shared, personal, control or {})
+            out = self._run_phase(phase, rnd, targets, shared, personal, control or {})
+        try:
+            self.store.sync()   # the phase's states are durable before the node replies
+        except OSError:
+            err = traceback.format_exc(limit=2)
+            out = {c: (err if isinstance(r, PhaseResult) else r) for c, r in out.items()}
+        return out
 
     def _client_for(self, cid: int, control: dict[int, Control]) -> LogicalClient:
         lc = self.client(cid)

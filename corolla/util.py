@@ -40,9 +40,10 @@ def rng(*parts: Any) -> np.random.Generator:
     return np.random.default_rng(stable_seed(*parts))
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, private: bool = False) -> None:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, private: bool = False, durable: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (temporary file in the same folder + rename); a
-    ``private`` file is readable by its owner only (0600)."""
+    ``private`` file is readable by its owner only (0600). ``durable``: fsync the data before the
+    rename; without it the caller makes a batch of files durable at once (:func:`sync_files`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -53,8 +54,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, private: bool = Fal
             os.fchmod(fd, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -72,11 +74,55 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
-def atomic_save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray], private: bool = False) -> None:
-    """Save ``arrays`` as an uncompressed ``.npz`` atomically (``private``: mode 0600)."""
+def atomic_save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray], private: bool = False,
+                    durable: bool = True) -> None:
+    """Save ``arrays`` as an uncompressed ``.npz`` atomically (``private``: mode 0600; ``durable``:
+    as :func:`atomic_write_bytes`)."""
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    atomic_write_bytes(path, buf.getvalue(), private)
+    atomic_write_bytes(path, buf.getvalue(), private, durable)
+
+
+@functools.lru_cache(maxsize=1)
+def _syncfs():
+    """Linux's ``syncfs(2)`` (flush one filesystem), or None where the C library has none."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def sync_files(directory: str | os.PathLike, paths) -> None:
+    """Make files written with ``durable=False`` in ``directory`` durable, and their renames: one
+    ``syncfs`` of the directory's filesystem where the OS has it (one flush for a batch of files:
+    943 client states took 7 ms an fsync each, 4.5 s a round, 2026-11-27), else an fsync per
+    file and of the directory. Raises ``OSError`` when the data could not be written."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fn = _syncfs()
+        if fn is not None:
+            if fn(fd) != 0:
+                import ctypes
+
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err))
+            return
+        for p in paths:
+            f = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(f)
+            finally:
+                os.close(f)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:

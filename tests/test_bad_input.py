@@ -167,10 +167,10 @@ def test_a_full_disk_on_one_node_fails_only_its_clients(tmp_path, data_dir, monk
 
     real = state.atomic_save_npz
 
-    def save(path, arrays, private=False):
+    def save(path, arrays, private=False, **kw):
         if "full-disk" in str(path):
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, arrays, private)
+        return real(path, arrays, private, **kw)
 
     monkeypatch.setattr(state, "atomic_save_npz", save)
     s = _run_with_node_state(tmp_path, data_dir, str(tmp_path / "full-disk"), "full")
@@ -181,6 +181,50 @@ def test_a_full_disk_on_one_node_fails_only_its_clients(tmp_path, data_dir, monk
                       and "state-dir" in e["reason"] for e in ex)
     assert len({e["node"] for e in ex}) == 1
     assert s["rounds_completed"] == 2
+
+
+def test_states_that_cannot_be_made_durable_fail_only_that_nodes_clients(tmp_path, data_dir, monkeypatch):
+    """The states a phase saved are flushed once before the node replies (``StateStore.sync``);
+    when that flush fails (an I/O error), the node's clients of that phase fail, not the run."""
+    import corolla.state as state
+
+    real = state.sync_files
+
+    def sync(directory, paths):
+        if "bad-disk" in str(directory):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(directory, paths)
+
+    monkeypatch.setattr(state, "sync_files", sync)
+    s = _run_with_node_state(tmp_path, data_dir, str(tmp_path / "bad-disk"), "eio")
+    assert s["status"] == "completed" and np.isfinite(s["metrics"]["ndcg@10"])
+    rounds = [json.loads(x) for x in open(tmp_path / "eio" / "rounds.jsonl")]
+    ex = [e for r in rounds for p in r["phases"] for e in p["excluded"]]
+    assert ex and all("cannot make" in e["reason"] and "durable" in e["reason"] and "Input/output error" in e["reason"]
+                      for e in ex)
+    assert len({e["node"] for e in ex}) == 1
+
+
+def test_sync_files_flushes_once_with_syncfs_else_each_file(tmp_path, monkeypatch):
+    import os
+
+    from corolla import util
+
+    paths = []
+    for i in range(3):
+        util.atomic_save_npz(tmp_path / f"c{i}.npz", {"x": np.arange(4)}, durable=False)
+        paths.append(tmp_path / f"c{i}.npz")
+    fsyncs, flushes = [], []
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd))
+    real = util._syncfs()
+    if real is not None:                                    # Linux: one syncfs for the batch, no fsync
+        monkeypatch.setattr(util, "_syncfs", lambda: (lambda fd: flushes.append(fd) or real(fd)))
+        util.sync_files(tmp_path, paths)
+        assert len(flushes) == 1 and fsyncs == []
+    monkeypatch.setattr(util, "_syncfs", lambda: None)      # no syncfs: each file and the directory
+    util.sync_files(tmp_path, paths)
+    assert len(fsyncs) == 4
+    assert all(util.load_npz(p)["x"].tolist() == [0, 1, 2, 3] for p in paths)
 
 
 def test_a_state_dir_that_cannot_be_created_fails_only_that_node(tmp_path, data_dir):
