@@ -215,8 +215,7 @@ def test_cli_inproc_mode(tmp_path, data_dir, capsys):
 
 
 @pytest.mark.parametrize("override, key", [({"loss": "bpr"}, "loss"), ({"optimizer-state": "persist"}, "optimizer-state"),
-                                           ({"partition": "blocks"}, "partition"), ({"protocol": "full-rank"}, "protocol"),
-                                           ({"harness": "silo"}, "harness")])
+                                           ({"partition": "blocks"}, "partition"), ({"harness": "silo"}, "harness")])
 def test_one_user_harness_rejects_what_it_does_not_do(override, key):
     from corolla.config import ConfigError, resolve
 

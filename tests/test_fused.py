@@ -22,12 +22,14 @@ def shrink(preset: str) -> str:
     out = ["num-rounds=2"]
     if cfg["harness"] == "one-user":
         out.append("local-epochs=1")
+        if cfg["split"] == "fedcia":   # FedCIA's split keeps all 943 users: a random one of the heavy ones
+            out.append("split=ratio")
         out.append("min-user-interactions=300" if cfg["dataset"] == "ml-100k" else "min-user-interactions=150")
     if cfg["method"] == "central":   # one client holding every user: its 54 heaviest users only
         out.append("min-user-interactions=300")
     if cfg["method"] in ("fedavg", "fcf") and cfg["harness"] == "silo" and cfg["dim"] > 64:
         out.append("dim=16")
-    if cfg["split"] == "fedcia" and cfg["method"] != "fedavg":
+    if cfg["split"] == "fedcia" and cfg["method"] != "fedavg" and cfg["harness"] != "one-user":
         out += ["partition=blocks", "num-clients=4"]
     if cfg["method"] in ("fedcia", "local") and cfg["model"] != "gfcf" and cfg["harness"] == "silo":
         out.append("dim=8")
