@@ -1,7 +1,7 @@
 """Per-logical-client state on a node: one ``.npz`` per client and round, written atomically and
 made durable once per phase (:meth:`StateStore.sync`, before the node replies: one ``syncfs`` of
-the state directory's filesystem instead of an fsync per client; a node killed before it leaves
-no state the server has heard of, and a resumed run truncates such versions).
+the state directory's filesystem instead of an fsync per client). A node killed before that flush
+has not replied, so the server knows none of those versions, and a resumed run truncates them.
 
 Layout: ``<state-dir>/<run-key>/c<cid>.r<round>.npz``. The state after round r is tagged r. A
 resumed run restores, for every client, the newest version with round <= the resumed round.
