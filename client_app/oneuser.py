@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from client_app.base import LogicalClient
+from client_app.base import LogicalClient, full_rank_metrics
 from corolla import metrics as M
 from corolla.models.stacked import epoch_permutations, stack, training_rows
 from corolla.models.train import item_pools
@@ -109,11 +109,10 @@ FULL_RANK_CHUNK = 64   # clients scored together on every item (chunk Ã— items Ã
 
 
 def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]:
-    """Full-ranking metrics of every client's user on valid and test, the silo harness's
-    (``LogicalClient.evaluate_split``) for one-user clients scored batched: each client's
-    scores on every item, its train items masked (and, for test, its valid items; items it does
-    not own under item ownership), then ``corolla.metrics.full_rank_user_metrics`` against its
-    held-out items (FedCIA's variants with ``compat-fedcia-metrics``)."""
+    """Full-ranking metrics of every client's user on valid and test, batched: each client's
+    scores on every item, ranked by the silo harness's ``client_app.base.full_rank_metrics``
+    (train items masked, for test valid items too; FedCIA's variants with
+    ``compat-fedcia-metrics``)."""
     import torch
 
     fed, cfg = clients[0].fed, clients[0].cfg
@@ -125,17 +124,8 @@ def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]
             part = rows[a:a + FULL_RANK_CHUNK]
             items = torch.arange(fed.n_items, device=dev).expand(len(part), -1)
             s = np.asarray(score(torch.as_tensor(part, device=dev), items), np.float64).copy()
-            truth = []
-            for r, j in enumerate(part):
-                c = clients[j]
-                u = int(c.users[0])
-                s[r, fed.rows("train", u)] = -np.inf
-                if split == "test":
-                    s[r, fed.rows("valid", u)] = -np.inf
-                if c.item_mask is not None:
-                    s[r, ~c.item_mask] = -np.inf
-                truth.append(fed.rows(split, u))
-            res = M.full_rank_user_metrics(s, truth, ks, fedcia=cfg["compat-fedcia-metrics"])
+            res = full_rank_metrics(s, fed, [int(clients[j].users[0]) for j in part], split, ks,
+                                    cfg["compat-fedcia-metrics"], [clients[j].item_mask for j in part])
             for r, j in enumerate(part):
                 for k, v in res.items():
                     out[j][f"{split}/{k}"] = [float(v[r])]

@@ -17,7 +17,7 @@ import torch
 
 from corolla import graph
 from server_app.app import run_federation
-from tests.inproc import InProcessTransport, partitions
+from tests.inproc import InProcessTransport, client_states, partitions
 from tests.tolerance import assert_far_beyond, f32_train_atol, max_abs_diff
 
 # 54 heavy users of ML-100K on a random 8:1:1 split (FedCIA's published split keeps all 943)
@@ -70,7 +70,6 @@ def test_gga_federation_equals_its_rounds_written_out(tmp_path, data_dir, preset
     from client_app.gga import GGAClient
     from corolla.config import resolve
     from corolla.data import build_federation
-    from corolla.state import StateStore
 
     extra = {"dim": 16} if "mf" in preset else {}
     t = InProcessTransport(partitions(2, {"data-dir": data_dir}))
@@ -86,13 +85,7 @@ def test_gga_federation_equals_its_rounds_written_out(tmp_path, data_dir, preset
     assert rounds[1]["phases"][0]["bytes_down"] == 2 * table + n * table    # global once per node + r_u each
     clients = [GGAClient(cfg, fed, c, fed.clients[c], torch.device("cpu"), data_dir) for c in range(n)]
     want, glob = _written_out(cfg, fed, clients, 2)
-    store = StateStore(tmp_path / "run" / "node-state",
-                       json.loads((tmp_path / "run" / "config.json").read_text())["run_key"])
-    got = []
-    for c in clients:
-        rnd, arrays = store.load(c.cid, 2)
-        assert rnd == 2
-        got.append({k: arrays[k] for k in want[0]})
+    got = [{k: a[k] for k in want[0]} for a in client_states(tmp_path / "run", [c.cid for c in clients], 2)]
     # Adam moves a parameter by about lr a step whatever the gradient; 2 steps (one batch a round:
     # at most 4,096 rows) whose longest float32 reduction is a batch's sum
     atol = f32_train_atol(2, cfg["lr"], cfg["batch-size"])

@@ -11,7 +11,7 @@ from corolla import graph
 from corolla.models import ufgraphfr as UF
 from corolla.models.stacked import epoch_permutations, stack, training_rows, unstack
 from server_app.app import run_federation
-from tests.inproc import InProcessTransport, partitions
+from tests.inproc import InProcessTransport, client_states, partitions
 from tests.tolerance import assert_far_beyond, f32_train_atol, max_abs_diff
 
 SMALL = "num-rounds=2 min-user-interactions=300"   # 54 heavy users, 1597 items
@@ -373,7 +373,6 @@ def test_gpfedrec_federation_equals_its_rounds_written_out(tmp_path, data_dir):
     from client_app.ufgraphfr import GraphClient
     from corolla.config import resolve
     from corolla.data import build_federation
-    from corolla.state import StateStore
 
     s, _ = _run(tmp_path, "gp2", data_dir, 2, preset="gpfedrec-ml100k")
     assert s["status"] == "completed"
@@ -381,13 +380,7 @@ def test_gpfedrec_federation_equals_its_rounds_written_out(tmp_path, data_dir):
     fed = build_federation(cfg, data_dir)
     clients = [GraphClient(cfg, fed, c, fed.clients[c], torch.device("cpu"), data_dir) for c in range(len(fed.clients))]
     want, glob = _gpfedrec_rounds_written_out(cfg, fed, clients, 2)
-    store = StateStore(tmp_path / "gp2" / "node-state",
-                       json.loads((tmp_path / "gp2" / "config.json").read_text())["run_key"])
-    got = []
-    for c in clients:
-        rnd, arrays = store.load(c.cid, 2)
-        assert rnd == 2
-        got.append(arrays)
+    got = client_states(tmp_path / "gp2", [c.cid for c in clients], 2)
     # float32 in another summation order: 2 rounds of the heaviest client's mini-batches (its
     # positives × 5 rows / 256) at the item table's lr (0.1·M·80 ≈ 1.3e4) on row gradients below
     # 1e-3 (BCE through the head / 256 rows, plus the regulariser's 2(Q − r)/(M·32)); the longest
