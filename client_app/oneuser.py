@@ -1,8 +1,8 @@
 """The one-user harness shared by FedCA, PFedRec, UFGraphFR, GPFedRec and their baselines
 (FedCA's and UFGraphFR's code: docs/methods/fedca.md, docs/methods/ufgraphfr.md): every logical client is one user with its own copy
 of its model, all the users a node hosts train batched (``corolla.models.stacked`` and each
-method's batched trainer), and evaluation is leave-one-out against the fixed negatives with each
-user's own post-training model, fused into the training reply.
+method's batched trainer), and evaluation uses each user's own post-training model, fused into
+the training reply: leave-one-out against the fixed negatives, or full ranking of every item.
 
 * :func:`round_samples` — round ``rnd``'s training rows of each client: every train positive
   followed by ``num-negatives`` distinct negatives from ``neg-pool`` (``uninteracted``: items the
