@@ -1,0 +1,62 @@
+"""benchmarks/paper_on_curve.py: the closest round of a run's curve to the paper's numbers and the
+rounds within the tolerance, on a run directory written by hand; the run directory found from a
+result file's command, or from its name for a file without one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import paper_on_curve as pc
+
+
+def _run(tmp_path: Path, name: str, rounds: list[tuple[float, float]]) -> Path:
+    run = tmp_path / "runs" / name
+    run.mkdir(parents=True)
+    lines = []
+    for i, (hr, ndcg) in enumerate(rounds, 1):
+        lines.append(json.dumps({"round": i, "metrics": {"hr@10": hr / 2, "ndcg@10": ndcg / 2},
+                                 "compat": {"hr@10": hr, "ndcg@10": ndcg}}))
+    lines.insert(1, json.dumps({"round": 99, "train": {}}))          # a round without evaluation: skipped
+    (run / "rounds.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def test_largest_gap_is_signed_and_largest():
+    assert pc.largest_gap({"a": 0.9, "b": 1.02}, {"a": 1.0, "b": 1.0}) == pytest.approx(-0.1)
+    assert pc.largest_gap({"a": 1.3, "b": 0.8}, {"a": 1.0, "b": 1.0}) == pytest.approx(0.3)
+
+
+def test_check_row_finds_the_rounds_through_the_paper(tmp_path):
+    # paper 0.50 / 0.30; rounds: far below, within 5 % on both (round 2, 3), HR within but NDCG not, above
+    _run(tmp_path, "x", [(0.30, 0.10), (0.49, 0.29), (0.51, 0.31), (0.50, 0.20), (0.70, 0.45)])
+    res = SimpleNamespace(path=tmp_path / "x.json", metrics={"hr@10": 0.70, "ndcg@10": 0.45},
+                          raw={"provenance": {"command": "corolla run --preset p --out runs/x"},
+                               "selection": {"round": 5}})
+    row = SimpleNamespace(table="t", dataset="D", method="M", metrics=["hr@10", "ndcg@10"],
+                          paper_values=[0.50, 0.30], ours=[res])
+    (c,) = pc.check_row(row, "compat", tmp_path / "runs", 0.05)
+    assert c["run"] == "runs/x" and c["rounds"] == 5 and c["last_round"] == 5
+    assert c["read_round"] == 5 and c["read_gap"] == pytest.approx(0.5)
+    assert c["closest_round"] == 2 and c["closest_gap"] == pytest.approx(-1 / 30)
+    assert c["rounds_within"] == [2, 3]
+    (m,) = pc.check_row(row, "metrics", tmp_path / "runs", 0.05)     # the other block: halves, never within
+    assert m["rounds_within"] == [] and m["closest_round"] == 5
+
+
+def test_run_dir_from_command_or_name(tmp_path):
+    runs = tmp_path / "runs"
+    assert pc.run_dir_of({"provenance": {"command": "corolla run --out runs/a b"}}, runs) == tmp_path / "runs/a"
+    assert pc.run_dir_of({"provenance": {"command": "corolla run --resume /abs/r"}}, runs) == Path("/abs/r")
+    assert pc.run_dir_of({}, runs, "old-file") == runs / "old-file"
+    assert pc.run_dir_of({}, runs) is None
+    res = SimpleNamespace(path=tmp_path / "gone.json", metrics={"hr@10": 0.1}, raw={})
+    row = SimpleNamespace(table="t", dataset="D", method="M", metrics=["hr@10"], paper_values=[0.2], ours=[res])
+    (c,) = pc.check_row(row, "compat", runs, 0.05)
+    assert c["run"] is None and c["read_gap"] == pytest.approx(-0.5)
