@@ -66,7 +66,40 @@ def largest_gap(values: dict[str, float], paper: dict[str, float]) -> float:
     return max(gaps, key=abs)
 
 
-def check_row(row, source: str, runs_dir: Path, tol: float) -> list[dict]:
+def evaluated(run: Path) -> list[dict]:
+    """The evaluated rounds of ``run/rounds.jsonl`` (those with a validation block)."""
+    out = []
+    for line in (run / "rounds.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r.get("valid"):
+            out.append(r)
+    return out
+
+
+def replay_patience(rounds: list[dict], source: str, key: str, tie: str, patience: int,
+                    metrics: list[str]) -> dict | None:
+    """The early stop with ``patience`` replayed on ``rounds`` (see the module's docstring):
+    {"stop_round", "selected_round", "values"}; None when no round has the validation metric."""
+    vblock = "valid_compat" if source == "compat" else "valid"
+    tblock = "compat" if source == "compat" else "metrics"
+    best, best_v, stop = None, float("-inf"), None
+    for h in rounds:
+        v = (h.get(vblock) or h["valid"]).get(key)
+        if v is None:
+            continue
+        if v > best_v or (tie == "last" and v == best_v):
+            best, best_v = h, v
+        elif patience > 0 and best is not None and h["round"] - best["round"] >= patience:
+            stop = h["round"]
+            break
+    if best is None:
+        return None
+    block = best.get(tblock) or best["metrics"]
+    return {"stop_round": stop if stop is not None else rounds[-1]["round"], "stopped": stop is not None,
+            "selected_round": best["round"], "values": {k: float(block[k]) for k in metrics if k in block}}
+
+
+def check_row(row, source: str, runs_dir: Path, tol: float, patience: int = 0) -> list[dict]:
     paper = {k: v for k, v in zip(row.metrics, row.paper_values) if v}
     out = []
     for res in row.ours:
@@ -86,6 +119,13 @@ def check_row(row, source: str, runs_dir: Path, tol: float) -> list[dict]:
                       "rounds": len(pts), "last_round": pts[-1][0],
                       "closest_round": best[0], "closest_gap": best[1], "closest_values": best[2],
                       "rounds_within": [g[0] for g in gaps if abs(g[1]) <= tol]})
+        if patience > 0:
+            cfg = res.raw.get("config", {})
+            rep = replay_patience(evaluated(run), source, cfg.get("select-metric", row.metrics[0]),
+                                  cfg.get("select-tie", "first"), patience, list(paper))
+            if rep is not None:
+                rep["gap"] = largest_gap(rep["values"], paper)
+                entry["patience"] = {"patience": patience, **rep}
         out.append(entry)
     return out
 
@@ -95,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the run directories are (default runs/)")
     ap.add_argument("--catalogue", type=Path, default=ROOT / "corolla/report/paper_tables.toml")
     ap.add_argument("--results", type=Path, default=ROOT / "docs/results")
+    ap.add_argument("--patience", type=int, default=0, help="also replay an early stop with this patience (0: no)")
     ap.add_argument("--json", type=Path, help="write the checks here")
     a = ap.parse_args(argv)
     doc = tomllib.loads(a.catalogue.read_text())
@@ -105,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in board.rows:
             if not row.ours or row.delta is None or abs(row.delta) <= tol:
                 continue
-            checks += check_row(row, sources[row.table], a.runs_dir.resolve(), tol)
+            checks += check_row(row, sources[row.table], a.runs_dir.resolve(), tol, a.patience)
     for c in checks:
         where = f"{c['table']} {c['dataset']} {c['method']} ({c['result']})"
         if c.get("run") is None:
@@ -115,11 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{where}: read at round {c['read_round']} ({c['read_gap']:+.1%}); closest round "
               f"{c['closest_round']} of {c['last_round']} ({c['closest_gap']:+.1%}); "
               + (f"within {tol:.0%} at rounds {within[0]}..{within[-1]} ({len(within)} rounds)" if within
-                 else f"no round within {tol:.0%}"))
+                 else f"no round within {tol:.0%}")
+              + (f"; patience {a.patience}: stop after round {c['patience']['stop_round']}, selected round "
+                 f"{c['patience']['selected_round']} ({c['patience']['gap']:+.1%})" if "patience" in c else ""))
     if a.json:
         tmp = a.json.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"tolerance": tol, "command": "python benchmarks/paper_on_curve.py --json "
-                                   + str(a.json), "checks": checks}, indent=1))
+        tmp.write_text(json.dumps({"tolerance": tol, "command": "python benchmarks/paper_on_curve.py"
+                                   + (f" --patience {a.patience}" if a.patience else "") + " --json " + str(a.json),
+                                   "checks": checks}, indent=1))
         tmp.replace(a.json)
     return 0
 

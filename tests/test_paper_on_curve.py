@@ -60,3 +60,19 @@ def test_run_dir_from_command_or_name(tmp_path):
     row = SimpleNamespace(table="t", dataset="D", method="M", metrics=["hr@10"], paper_values=[0.2], ours=[res])
     (c,) = pc.check_row(row, "compat", runs, 0.05)
     assert c["run"] is None and c["read_gap"] == pytest.approx(-0.5)
+
+
+def test_replay_patience_is_the_prefix_a_stopped_run_would_select():
+    def rnd(i, v, t):
+        return {"round": i, "valid": {"f1": v}, "valid_compat": {"f1": v + 1}, "metrics": {"f1": t},
+                "compat": {"f1": 10 * t}}
+    # valid: rises to 0.5 at round 3, equal at 4, then flat below for 3 rounds, then higher at 8
+    rounds = [rnd(1, .1, 1), rnd(2, .3, 2), rnd(3, .5, 3), rnd(4, .5, 4), rnd(5, .4, 5), rnd(6, .4, 6),
+              rnd(7, .4, 7), rnd(8, .9, 8)]
+    first = pc.replay_patience(rounds, "metrics", "f1", "first", 3, ["f1"])
+    assert first == {"stop_round": 6, "stopped": True, "selected_round": 3, "values": {"f1": 3.0}}
+    last = pc.replay_patience(rounds, "metrics", "f1", "last", 3, ["f1"])     # the tie moves the best to 4
+    assert (last["stop_round"], last["selected_round"], last["values"]) == (7, 4, {"f1": 4.0})
+    never = pc.replay_patience(rounds, "compat", "f1", "first", 0, ["f1"])   # compat blocks, no stop
+    assert never == {"stop_round": 8, "stopped": False, "selected_round": 8, "values": {"f1": 80.0}}
+    assert pc.replay_patience([{"round": 1, "valid": {"x": 1}}], "metrics", "f1", "first", 3, ["f1"]) is None
