@@ -99,6 +99,15 @@ def replay_patience(rounds: list[dict], source: str, key: str, tie: str, patienc
             "selected_round": best["round"], "values": {k: float(block[k]) for k in metrics if k in block}}
 
 
+def read_round(result: dict, source: str) -> int | None:
+    """The round the leaderboard's numbers come from: the paper-compatible selection's for a
+    ``compat`` table whose file has one (FedCA's best test round, say), else the run's selection."""
+    compat = result.get("metrics_paper_compat", {}).get("selection", {})
+    if source == "compat" and compat.get("round") is not None:
+        return compat["round"]
+    return result.get("selection", {}).get("round")
+
+
 def check_row(row, source: str, runs_dir: Path, tol: float, patience: int = 0) -> list[dict]:
     paper = {k: v for k, v in zip(row.metrics, row.paper_values) if v}
     out = []
@@ -106,7 +115,7 @@ def check_row(row, source: str, runs_dir: Path, tol: float, patience: int = 0) -
         run = run_dir_of(res.raw, runs_dir, res.path.stem)
         entry = {"table": row.table, "dataset": row.dataset, "method": row.method,
                  "result": res.path.name, "paper": paper,
-                 "read_round": res.raw.get("selection", {}).get("round"),
+                 "read_round": read_round(res.raw, source),
                  "read_gap": largest_gap({k: res.metrics[k] for k in paper}, paper)}
         if run is None or not (run / "rounds.jsonl").exists():
             entry["run"] = None

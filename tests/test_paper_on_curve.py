@@ -50,6 +50,12 @@ def test_check_row_finds_the_rounds_through_the_paper(tmp_path):
     assert m["rounds_within"] == [] and m["closest_round"] == 5
 
 
+def test_read_round_is_the_compat_selection_for_compat_tables():
+    raw = {"selection": {"round": 9}, "metrics_paper_compat": {"selection": {"round": 4, "split": "test"}}}
+    assert pc.read_round(raw, "compat") == 4 and pc.read_round(raw, "metrics") == 9
+    assert pc.read_round({"selection": {"round": 9}}, "compat") == 9
+
+
 def test_run_dir_from_command_or_name(tmp_path):
     runs = tmp_path / "runs"
     assert pc.run_dir_of({"provenance": {"command": "corolla run --out runs/a b"}}, runs) == tmp_path / "runs/a"
