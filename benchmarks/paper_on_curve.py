@@ -49,11 +49,15 @@ def run_dir_of(result: dict, runs_dir: Path, stem: str = "") -> Path | None:
     return runs_dir / stem if stem else None
 
 
-def curve(run: Path, source: str, metrics: list[str]) -> list[tuple[int, dict[str, float]]]:
-    """(round, {metric: test value}) for every evaluated round of ``run/rounds.jsonl``."""
+def read_rounds(run: Path) -> list[dict]:
+    """Every record of ``run/rounds.jsonl`` (read once per run)."""
+    return [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines() if line.strip()]
+
+
+def curve(rounds: list[dict], source: str, metrics: list[str]) -> list[tuple[int, dict[str, float]]]:
+    """(round, {metric: test value}) for every evaluated round."""
     out = []
-    for line in (run / "rounds.jsonl").read_text().splitlines():
-        r = json.loads(line)
+    for r in rounds:
         block = r.get("compat") if source == "compat" and r.get("compat") else r.get("metrics")
         if block and all(k in block for k in metrics):
             out.append((int(r["round"]), {k: float(block[k]) for k in metrics}))
@@ -64,16 +68,6 @@ def largest_gap(values: dict[str, float], paper: dict[str, float]) -> float:
     """max over the metrics of |ours / paper − 1| (signed: the one of largest magnitude)."""
     gaps = [values[k] / p - 1.0 for k, p in paper.items() if p]
     return max(gaps, key=abs)
-
-
-def evaluated(run: Path) -> list[dict]:
-    """The evaluated rounds of ``run/rounds.jsonl`` (those with a validation block)."""
-    out = []
-    for line in (run / "rounds.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r.get("valid"):
-            out.append(r)
-    return out
 
 
 def replay_patience(rounds: list[dict], source: str, key: str, tie: str, patience: int,
@@ -121,7 +115,8 @@ def check_row(row, source: str, runs_dir: Path, tol: float, patience: int = 0) -
             entry["run"] = None
             out.append(entry)
             continue
-        pts = curve(run, source, list(paper))
+        rounds = read_rounds(run)
+        pts = curve(rounds, source, list(paper))
         gaps = [(rnd, largest_gap(v, paper), v) for rnd, v in pts]
         best = min(gaps, key=lambda g: abs(g[1]))
         entry.update({"run": str(run.relative_to(runs_dir.parent)) if run.is_relative_to(runs_dir.parent) else str(run),
@@ -130,7 +125,7 @@ def check_row(row, source: str, runs_dir: Path, tol: float, patience: int = 0) -
                       "rounds_within": [g[0] for g in gaps if abs(g[1]) <= tol]})
         if patience > 0:
             cfg = res.raw.get("config", {})
-            rep = replay_patience(evaluated(run), source, cfg.get("select-metric", row.metrics[0]),
+            rep = replay_patience([r for r in rounds if r.get("valid")], source, cfg.get("select-metric", row.metrics[0]),
                                   cfg.get("select-tie", "first"), patience, list(paper))
             if rep is not None:
                 rep["gap"] = largest_gap(rep["values"], paper)
