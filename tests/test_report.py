@@ -41,6 +41,23 @@ def test_every_paper_row_has_a_row_with_a_status_and_a_reason():
             assert f"| {r.method} |" in md
 
 
+def test_an_authors_log_reads_the_best_validation_round_latest_of_ties(tmp_path):
+    """UFGraphFR's, GPFedRec's and PFedRec's train.py report the test metrics of the round with the
+    best validation HR, `>=` (the latest of ties) -- not the best test round."""
+    from corolla.report.sources import read_result
+
+    rounds = [{"round": 1, "test_hr": 0.50, "test_ndcg": 0.30, "val_hr": 0.40},
+              {"round": 2, "test_hr": 0.70, "test_ndcg": 0.40, "val_hr": 0.55},   # best test HR
+              {"round": 3, "test_hr": 0.60, "test_ndcg": 0.35, "val_hr": 0.60},
+              {"round": 4, "test_hr": 0.62, "test_ndcg": 0.36, "val_hr": 0.60}]   # tie: the later wins
+    f = tmp_path / "x-authors.json"
+    f.write_text(json.dumps({"rounds": rounds}))
+    assert read_result(f, "authors", ["hr@10", "ndcg@10"]).metrics == {"hr@10": 0.62, "ndcg@10": 0.36}
+    f.write_text(json.dumps({"rounds": [{"round": 1, "test_hr": 0.5, "test_ndcg": 0.3}]}))
+    with pytest.raises(ConfigError, match="val_hr"):
+        read_result(f, "authors", ["hr@10", "ndcg@10"])
+
+
 def test_a_missing_result_file_is_named(tmp_path):
     bad = tmp_path / "t.toml"
     bad.write_text(CATALOGUE.read_text().replace('"fedca-pmf-ml100k.json"]', '"nope-*.json"]', 1))

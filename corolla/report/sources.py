@@ -4,8 +4,10 @@
   ``metrics_paper_compat`` (the paper's reporting switches), ``metrics_unweighted_mean`` (LGCN
   presets: the mean over clients), ``wall_s``, ``bytes_up``/``bytes_down``, ``rounds_completed``;
 * the authors' code's logs converted by ``benchmarks/authors_log.py`` (``rounds`` with per-round
-  ``test_hr``/``test_ndcg``: the round with the best test HR, as those codes report) or by the
-  FedCA script (``best_test_hr``/``best_test_ndcg``), or ``metrics`` (``lpsfed_authors_log.py``);
+  ``test_hr``/``test_ndcg``/``val_hr``: the test metrics of the round with the best validation HR,
+  the latest of ties, the rule UFGraphFR's, GPFedRec's and PFedRec's ``train.py`` report by) or by
+  the FedCA script (``best_test_hr``/``best_test_ndcg``: FedCA's code reports its best test round),
+  or ``metrics`` (``lpsfed_authors_log.py``);
 * a run directory: ``summary.json``, ``rounds.jsonl``, ``config.json``.
 """
 
@@ -62,8 +64,11 @@ def _authors_metrics(d: dict[str, Any], metrics: list[str], path: Path) -> dict[
         return {"hr@10": d["best_test_hr"], "ndcg@10": d["best_test_ndcg"]}
     rounds = d.get("rounds") or []
     if rounds and "test_hr" in rounds[0]:
-        best = max(rounds, key=lambda r: r["test_hr"])
-        return {"hr@10": best["test_hr"], "ndcg@10": best["test_ndcg"]}
+        if any("val_hr" not in r for r in rounds):
+            raise ConfigError(f"result file {path}: a round without 'val_hr' (the authors' codes report the "
+                              f"test metrics of the best validation round)")
+        best = max(range(len(rounds)), key=lambda i: (rounds[i]["val_hr"], i))   # latest of ties: `>=`
+        return {"hr@10": rounds[best]["test_hr"], "ndcg@10": rounds[best]["test_ndcg"]}
     raise ConfigError(f"result file {path}: not a format of the authors' logs this report knows")
 
 
