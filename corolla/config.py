@@ -48,7 +48,7 @@ CORE: dict[str, Key] = {
     "clients-per-message": Key(0, "at most this many logical clients in one message to a node (0 = all it hosts); bounds message size and server memory"),
     "phase-timeout": Key(300.0, "seconds to wait for the replies of one phase; missing replies are dropped"),
     # --- data
-    "dataset": Key("ml-100k", "dataset name", ("ml-100k", "ml-1m", "lastfm-2k", "lastfm-2k-tagged", "filmtrust", "gowalla", "amazon-video")),
+    "dataset": Key("ml-100k", "dataset name", ("ml-100k", "ml-1m", "lastfm-2k", "lastfm-2k-tagged", "filmtrust", "gowalla", "yelp2018", "amazon-book", "amazon-video")),
     "rating-threshold": Key(0.0, "keep interactions with rating >= threshold (0 keeps all)"),
     "min-user-interactions": Key(0, "drop users with fewer interactions (after the threshold)"),
     "max-users": Key(0, "keep only the first N users after the filters (raw-id order; their items re-indexed), 0 = all: scale measurements on a growing part of one dataset"),
@@ -340,10 +340,12 @@ def validate(cfg: dict[str, Any]) -> None:
                           f"dataset=ml-100k with split=loo or ratio, got dataset={cfg['dataset']!r}, split={cfg['split']!r}")
     if cfg["partition"] == "fedcia" and cfg["split"] != "fedcia":
         raise ConfigError("config key 'partition': 'fedcia' takes the clients of FedCIA's split file; it needs split=fedcia")
-    if cfg["split"] == "given" and cfg["dataset"] != "gowalla":
-        raise ConfigError("config key 'split': 'given' uses a dataset's own train/test files; only dataset=gowalla has them")
-    if cfg["dataset"] == "gowalla" and cfg["split"] not in ("given", "loo"):
-        raise ConfigError("dataset 'gowalla' is the LightGCN split; it needs split=given (its train/test files) or "
+    lightgcn = ("gowalla", "yelp2018", "amazon-book")   # LightGCN's splits: their own train/test files
+    if cfg["split"] == "given" and cfg["dataset"] not in lightgcn:
+        raise ConfigError(f"config key 'split': 'given' uses a dataset's own train/test files; only dataset="
+                          f"{', '.join(lightgcn)} have them, got dataset={cfg['dataset']!r}")
+    if cfg["dataset"] in lightgcn and cfg["split"] not in ("given", "loo"):
+        raise ConfigError(f"dataset {cfg['dataset']!r} is a LightGCN split; it needs split=given (its train/test files) or "
                           "split=loo (both pooled, leave-one-out by file order: it has no timestamps; scale runs)")
     from corolla import methods
 

@@ -272,3 +272,48 @@ def test_lastfm_tagged_missing_offline_names_the_file_and_url(tmp_path, monkeypa
         locate("hetrec2011-lastfm-2k/user_taggedartists.dat", tmp_path)
     msg = str(e.value)
     assert "user_taggedartists.dat" in msg and "hetrec2011-lastfm-2k.zip" in msg
+
+
+def test_every_dataset_file_present_offline_matches_its_checksum(data_dir):
+    """The sha256 / git blob id of every file of ``FILES`` that the offline folder holds (LightGCN's
+    Yelp2018 and Amazon-Book test files among them); a missing one is what the download path is for."""
+    from corolla.data.sources import FILES, verify
+
+    checked = [name for name, spec in FILES.items() if (Path(data_dir) / name).is_file()]
+    for name in checked:
+        verify(Path(data_dir) / name, FILES[name])
+    assert {"lightgcn/yelp2018/test.txt", "lightgcn/amazon-book/test.txt", "lightgcn/gowalla/train.txt"} <= set(checked)
+
+
+@pytest.mark.parametrize("name", ["yelp2018", "amazon-book"])
+def test_lightgcn_split_missing_offline_names_the_file_and_url(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("COROLLA_OFFLINE", "1")
+    monkeypatch.delenv("COROLLA_DATA", raising=False)
+    with pytest.raises(DatasetFileError) as e:
+        build_federation(resolve(f"lpsfed-{name.replace('-', '')}"), str(tmp_path), use_cache=False)
+    msg = str(e.value)
+    assert f"lightgcn/{name}/train.txt" in msg and f"kuandeng/LightGCN/b067ec05f16a24e0e1efe63cd82385f0c469af20/Data/{name}/train.txt" in msg
+    assert str(tmp_path) in msg
+
+
+def test_lightgcn_loader_reads_user_item_lines_with_the_splits_item_count(tmp_path, monkeypatch):
+    """``user item item ...`` per line, train then test (labels 0 / 2); the item universe is the split's
+    item_list size, so an item no line names still has a column; a line with a user only is skipped."""
+    from corolla.data import loaders
+
+    (tmp_path / "train.txt").write_text("0 5 3\n1 2\n2\n")
+    (tmp_path / "test.txt").write_text("0 1\n1 5 7\n")
+    monkeypatch.setattr(loaders, "locate", lambda name, data_dir=None: tmp_path / name.rsplit("/", 1)[1])
+    inter, lab = loaders.load_lightgcn("yelp2018")
+    assert inter.n_items == 38048 and inter.n_users == 2
+    assert list(zip(inter.user.tolist(), inter.item.tolist(), lab.tolist())) == [
+        (0, 5, 0), (0, 3, 0), (1, 2, 0), (0, 1, 2), (1, 5, 2), (1, 7, 2)]
+    with pytest.raises(ValueError, match="not one of LightGCN's splits"):
+        loaders.load_lightgcn("ml-100k")
+
+
+def test_split_given_names_the_datasets_that_have_their_own_files():
+    with pytest.raises(ConfigError, match="gowalla, yelp2018, amazon-book"):
+        resolve(None, {"split": "given"})
+    with pytest.raises(ConfigError, match="'yelp2018' is a LightGCN split"):
+        resolve("lpsfed-yelp2018", {"split": "ratio"})

@@ -138,7 +138,7 @@ def _build(cfg: dict[str, Any], data_dir: str | None) -> Federation:
     if cfg["split"] == "fedcia":
         inter, labels, client_of_user = loaders.load_fedcia_split(data_dir)
     elif cfg["split"] == "given":
-        inter, labels = loaders.load_gowalla(data_dir)
+        inter, labels = loaders.load_lightgcn(ds, data_dir)
     else:
         inter = loaders.load(cfg, data_dir)
         labels = None

@@ -144,11 +144,18 @@ def load_amazon_video(data_dir=None) -> Interactions:
     return _densify(u, i, [float(r[2]) for r in rows], [int(r[3]) for r in rows])
 
 
-def load_gowalla(data_dir=None) -> tuple[Interactions, np.ndarray]:
-    """LightGCN's Gowalla split; returns the interactions and a 0/2 train/test label each."""
+# LightGCN's splits (kuandeng/LightGCN b067ec05, Data/<name>/{train,test}.txt): one line per user,
+# ``user item item ...`` in 0-based remapped ids; the item count is that of the split's item_list.txt
+LIGHTGCN_ITEMS = {"gowalla": 40981, "yelp2018": 38048, "amazon-book": 91599}
+
+
+def load_lightgcn(name: str, data_dir=None) -> tuple[Interactions, np.ndarray]:
+    """One of LightGCN's splits (:data:`LIGHTGCN_ITEMS`); the interactions and a 0/2 train/test label each."""
+    if name not in LIGHTGCN_ITEMS:
+        raise ValueError(f"dataset {name!r} is not one of LightGCN's splits; expected one of {sorted(LIGHTGCN_ITEMS)}")
     us, its, lab = [], [], []
     for split, code in (("train", 0), ("test", 2)):
-        with open(locate(f"lightgcn/gowalla/{split}.txt", data_dir)) as fh:
+        with open(locate(f"lightgcn/{name}/{split}.txt", data_dir)) as fh:
             for line in fh:
                 parts = line.split()
                 if len(parts) < 2:
@@ -160,8 +167,13 @@ def load_gowalla(data_dir=None) -> tuple[Interactions, np.ndarray]:
                 lab.extend([code] * len(items))
     n = len(us)
     inter = _densify(np.array(us), np.array(its), np.ones(n), np.zeros(n, np.int64),
-                     item_universe=np.arange(40981))
+                     item_universe=np.arange(LIGHTGCN_ITEMS[name]))
     return inter, np.array(lab, np.int8)
+
+
+def load_gowalla(data_dir=None) -> tuple[Interactions, np.ndarray]:
+    """LightGCN's Gowalla split; returns the interactions and a 0/2 train/test label each."""
+    return load_lightgcn("gowalla", data_dir)
 
 
 def load_fedcia_split(data_dir=None) -> tuple[Interactions, np.ndarray, np.ndarray]:
@@ -191,6 +203,8 @@ LOADERS = {
     # LightGCN's train and test pooled, all timestamps 0: leave-one-out then takes a user's first
     # listed items as "latest" (file order); for scale runs, not a published protocol
     "gowalla": lambda data_dir=None: load_gowalla(data_dir)[0],
+    "yelp2018": lambda data_dir=None: load_lightgcn("yelp2018", data_dir)[0],
+    "amazon-book": lambda data_dir=None: load_lightgcn("amazon-book", data_dir)[0],
 }
 
 
@@ -216,6 +230,8 @@ INTERACTION_FILES = {
     "filmtrust": ("filmtrust/ratings.txt",),
     "amazon-video": ("amazon-video-pfedrec/ratings.dat",),
     "gowalla": ("lightgcn/gowalla/train.txt", "lightgcn/gowalla/test.txt"),
+    "yelp2018": ("lightgcn/yelp2018/train.txt", "lightgcn/yelp2018/test.txt"),
+    "amazon-book": ("lightgcn/amazon-book/train.txt", "lightgcn/amazon-book/test.txt"),
     "fedcia-split": ("fedcia-ml100k-split/ml100k_100clients.tsv",),
 }
 

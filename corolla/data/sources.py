@@ -60,6 +60,12 @@ FILES: dict[str, FileSpec] = {f.name: f for f in [
     FileSpec("filmtrust/trust.txt", "64573a033add72b988a0fb140fdbc0ad3464cb9821f940007aff6fda44b09603", url=FILMTRUST_ZIP, member="trust.txt"),
     FileSpec("lightgcn/gowalla/train.txt", "7244696fdeb23911319cf7b689f2e15a3c4c92549c873a5677b44e3f13cc3e62", url=f"{LIGHTGCN_RAW}/gowalla/train.txt"),
     FileSpec("lightgcn/gowalla/test.txt", "099a2a73924e4b754dc6efd730d764f492321b53c38eb93298850c83acf57be3", url=f"{LIGHTGCN_RAW}/gowalla/test.txt"),
+    # Yelp2018 and Amazon-Book: each train.txt is known by its git blob id in LightGCN's repository
+    # (1,237,259 and 2,380,730 interactions); the test files by the sha256 of the copies checked
+    FileSpec("lightgcn/yelp2018/train.txt", git_blob="cda12361055ba448ae4bd1070f6000c16dea8f22", url=f"{LIGHTGCN_RAW}/yelp2018/train.txt"),
+    FileSpec("lightgcn/yelp2018/test.txt", "9cd9b37926cd1447a06625ffa7914527573fb097c10cb0bbdb1d1b8ded3742fe", url=f"{LIGHTGCN_RAW}/yelp2018/test.txt"),
+    FileSpec("lightgcn/amazon-book/train.txt", git_blob="6ef55159c5f1fd7f6d86eb9ff290d0cc2854ac99", url=f"{LIGHTGCN_RAW}/amazon-book/train.txt"),
+    FileSpec("lightgcn/amazon-book/test.txt", "6250754994dd953b91b48dccdd77a73f318e0634b4757c2abfcc9d33a54ab0f5", url=f"{LIGHTGCN_RAW}/amazon-book/test.txt"),
     FileSpec("amazon-video-pfedrec/ratings.dat", "a1292e4a4dba6c37be6ae5dc83d4404af96bf3eace4c8954e2f4e8360a3cdd76", url=f"{PFEDREC_RAW}/amazon/ratings.dat"),
     # FedCIA ships its split as 300 dense 0/1 .npy matrices; we rebuild this TSV from them.
     FileSpec("fedcia-ml100k-split/ml100k_100clients.tsv", "b5495483aed552463077a82cc362d88ae9aab8c6acfff4ccc8136e2b91f077a7", url=FEDCIA_RAW),
