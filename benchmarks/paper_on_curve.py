@@ -10,7 +10,8 @@ For each leaderboard row whose status is *level only* with some |Δ| > tolerance
 reproduced*, and for each of its result files whose run directory (the ``--out`` of the file's
 command) is on this machine with its ``rounds.jsonl``: per evaluated round, the largest relative
 difference to the paper over the table's metrics (the table's ``source``: ``compat`` reads the
-rounds' paper-compatible ``compat`` block, else ``metrics``); it reports the closest round, every
+rounds' paper-compatible ``compat`` block, ``unweighted_mean`` their mean over clients, else
+``metrics``); it reports the closest round, every
 round within the tolerance, and the round the result was read at.
 
 Usage::
@@ -54,11 +55,22 @@ def read_rounds(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines() if line.strip()]
 
 
+def table_block(r: dict, source: str) -> dict | None:
+    """A round's test metrics as the table reads them: ``compat`` its paper-compatible block (the
+    plain one where the round has none), ``unweighted_mean`` the mean over clients (LPSFed's
+    tables; none where the round lacks it: the weighted block is not that number), else ``metrics``."""
+    if source == "unweighted_mean":
+        return r.get("unweighted_mean")
+    if source == "compat" and r.get("compat"):
+        return r["compat"]
+    return r.get("metrics")
+
+
 def curve(rounds: list[dict], source: str, metrics: list[str]) -> list[tuple[int, dict[str, float]]]:
     """(round, {metric: test value}) for every evaluated round."""
     out = []
     for r in rounds:
-        block = r.get("compat") if source == "compat" and r.get("compat") else r.get("metrics")
+        block = table_block(r, source)
         if block and all(k in block for k in metrics):
             out.append((int(r["round"]), {k: float(block[k]) for k in metrics}))
     return out
@@ -75,7 +87,6 @@ def replay_patience(rounds: list[dict], source: str, key: str, tie: str, patienc
     """The early stop with ``patience`` replayed on ``rounds`` (see the module's docstring):
     {"stop_round", "selected_round", "values"}; None when no round has the validation metric."""
     vblock = "valid_compat" if source == "compat" else "valid"
-    tblock = "compat" if source == "compat" else "metrics"
     best, best_v, stop = None, float("-inf"), None
     for h in rounds:
         v = (h.get(vblock) or h["valid"]).get(key)
@@ -88,7 +99,7 @@ def replay_patience(rounds: list[dict], source: str, key: str, tie: str, patienc
             break
     if best is None:
         return None
-    block = best.get(tblock) or best["metrics"]
+    block = table_block(best, source) or {}
     return {"stop_round": stop if stop is not None else rounds[-1]["round"], "stopped": stop is not None,
             "selected_round": best["round"], "values": {k: float(block[k]) for k in metrics if k in block}}
 

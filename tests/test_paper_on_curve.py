@@ -82,3 +82,18 @@ def test_replay_patience_is_the_prefix_a_stopped_run_would_select():
     never = pc.replay_patience(rounds, "compat", "f1", "first", 0, ["f1"])   # compat blocks, no stop
     assert never == {"stop_round": 8, "stopped": False, "selected_round": 8, "values": {"f1": 80.0}}
     assert pc.replay_patience([{"round": 1, "valid": {"x": 1}}], "metrics", "f1", "first", 3, ["f1"]) is None
+
+
+def test_an_unweighted_mean_table_reads_the_rounds_mean_over_clients(tmp_path):
+    """LPSFed's tables report the unweighted mean over the 4 clients: the curve reads each round's
+    ``unweighted_mean`` block, never the weighted ``metrics`` (which is another number), and the
+    replayed selection reports that block too."""
+    rounds = [{"round": 5, "metrics": {"recall@20": 0.05}, "unweighted_mean": {"recall@20": 0.12},
+               "valid": {"recall@20": 0.06}},
+              {"round": 10, "metrics": {"recall@20": 0.06}, "unweighted_mean": {"recall@20": 0.15},
+               "valid": {"recall@20": 0.07}},
+              {"round": 15, "metrics": {"recall@20": 0.06}, "valid": {"recall@20": 0.05}}]   # no mean: skipped
+    assert pc.curve(rounds, "unweighted_mean", ["recall@20"]) == [(5, {"recall@20": 0.12}), (10, {"recall@20": 0.15})]
+    assert pc.curve(rounds, "metrics", ["recall@20"])[0] == (5, {"recall@20": 0.05})
+    rep = pc.replay_patience(rounds, "unweighted_mean", "recall@20", "last", 0, ["recall@20"])
+    assert rep["selected_round"] == 10 and rep["values"] == {"recall@20": 0.15}
