@@ -340,7 +340,9 @@ def validate(cfg: dict[str, Any]) -> None:
                           f"dataset=ml-100k with split=loo or ratio, got dataset={cfg['dataset']!r}, split={cfg['split']!r}")
     if cfg["partition"] == "fedcia" and cfg["split"] != "fedcia":
         raise ConfigError("config key 'partition': 'fedcia' takes the clients of FedCIA's split file; it needs split=fedcia")
-    lightgcn = ("gowalla", "yelp2018", "amazon-book")   # LightGCN's splits: their own train/test files
+    from corolla.data.loaders import LIGHTGCN_ITEMS   # LightGCN's splits: their own train/test files
+
+    lightgcn = tuple(LIGHTGCN_ITEMS)
     if cfg["split"] == "given" and cfg["dataset"] not in lightgcn:
         raise ConfigError(f"config key 'split': 'given' uses a dataset's own train/test files; only dataset="
                           f"{', '.join(lightgcn)} have them, got dataset={cfg['dataset']!r}")
