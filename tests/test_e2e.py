@@ -227,9 +227,41 @@ def superlink_equals_in_process(tmp_path, data_dir, preset: str, small: list[str
     t = InProcessTransport(partitions(inproc_nodes, {"data-dir": data_dir}))
     ref = run_federation(t, {"preset": preset, "set": " ".join(small), "out-dir": str(tmp_path / f"{preset}-inproc"),
                              "data-dir": data_dir})
-    assert s["metrics"] == ref["metrics"] and s.get("metrics_paper_compat") == ref.get("metrics_paper_compat")
-    assert s["bytes_up"] == ref["bytes_up"] and s["bytes_down"] == ref["bytes_down"]
+    same = s["metrics"] == ref["metrics"] and s.get("metrics_paper_compat") == ref.get("metrics_paper_compat")
+    assert same, run_difference(out, tmp_path / f"{preset}-inproc")
+    assert s["bytes_up"] == ref["bytes_up"] and s["bytes_down"] == ref["bytes_down"], \
+        run_difference(out, tmp_path / f"{preset}-inproc")
     return s
+
+
+def run_difference(real: Path, ref: Path) -> str:
+    """What a failing comparison needs to be diagnosed after the fact (the real run's own output is
+    not shown when it exits 0): each round's clients, metrics, train loss and exclusions in both runs, the real run's
+    progress log and the warnings and errors of its SuperLink and SuperNodes."""
+    def rounds(d: Path) -> dict[int, dict]:
+        f = d / "rounds.jsonl"
+        return {r["round"]: r for r in map(json.loads, f.read_text().splitlines())} if f.exists() else {}
+
+    a, b = rounds(real), rounds(ref)
+
+    def brief(rec: dict) -> dict:
+        out = {k: rec[k] for k in ("clients", "users", "metrics", "valid") if k in rec}
+        out["train-loss"] = rec.get("train", {}).get("train-loss")
+        out["excluded"] = [e for ph in rec.get("phases", []) for e in ph.get("excluded", [])]
+        return out
+
+    lines = ["metrics or bytes differ from the in-process run's; per round (real | in process):"]
+    for r in sorted(set(a) | set(b)):
+        ra, rb = brief(a.get(r, {})), brief(b.get(r, {}))
+        lines.append(f"round {r}: {'same' if ra == rb else f'{ra} | {rb}'}")
+    prog = real / "progress.log"
+    if prog.exists():
+        lines += ["progress.log of the real run:", prog.read_text()[-4000:]]
+    warn = []
+    for f in sorted((real / "logs").glob("*.log")):
+        warn += [f"{f.name}: {x[:300]}" for x in f.read_text(errors="replace").splitlines()
+                 if ("WARNING" in x or "ERROR" in x or "Traceback" in x) and "--insecure" not in x]
+    return "\n".join(lines + ["warnings and errors of its processes:"] + warn[-60:])
 
 
 def test_fedca_through_real_superlink_equals_in_process(tmp_path, data_dir):
