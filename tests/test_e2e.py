@@ -236,8 +236,8 @@ def superlink_equals_in_process(tmp_path, data_dir, preset: str, small: list[str
 
 def run_difference(real: Path, ref: Path) -> str:
     """What a failing comparison needs to be diagnosed after the fact (the real run's own output is
-    not shown when it exits 0): each round's clients, metrics, train loss and exclusions in both runs, the real run's
-    progress log and the warnings and errors of its SuperLink and SuperNodes."""
+    not shown when it exits 0): each round's clients, metrics, train loss and exclusions in both
+    runs, the real run's progress log and the warnings and errors of its processes' logs."""
     def rounds(d: Path) -> dict[int, dict]:
         f = d / "rounds.jsonl"
         return {r["round"]: r for r in map(json.loads, f.read_text().splitlines())} if f.exists() else {}
