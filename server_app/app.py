@@ -22,7 +22,7 @@ import json
 import secrets
 import time
 import traceback
-from logging import ERROR, INFO
+from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -128,10 +128,17 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
 
 
 def wait_for_nodes(transport: Transport, n: int, timeout: float = 120.0) -> None:
+    """Wait up to ``timeout`` s until ``n`` SuperNodes (at least one) are connected; the run goes on
+    with those there then, and a node that connects later takes its clients at a later round."""
     end = time.monotonic() + timeout
     while len(transport.node_ids()) < max(n, 1) and time.monotonic() < end:
         time.sleep(0.5)
-    log(INFO, "%d SuperNodes connected", len(transport.node_ids()))
+    got = len(transport.node_ids())
+    if got < n:
+        log(WARNING, "only %d of the %d SuperNodes asked for (min-nodes) connected within %.0f s; the run "
+            "starts with them (the others' clients join at a later round)", got, n, timeout)
+    else:
+        log(INFO, "%d SuperNodes connected", got)
 
 
 def export_topk(strategy, ex: Exchanger, out: Path, last_round: int) -> None:

@@ -259,3 +259,29 @@ def test_a_node_with_another_flower_fails_its_handshake_with_that_line(tmp_path,
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 2 and last.startswith("error: no node could host a logical client: version mismatch: this node "
                                        "runs Flower 1.38.0 (the server: ") and "install flwr==" in last, last
+
+
+class _Nodes:
+    """A transport whose SuperNodes connect one per ``every`` calls of ``node_ids``."""
+
+    def __init__(self, total: int, every: int):
+        self.total, self.every, self.calls = total, every, 0
+
+    def node_ids(self):
+        self.calls += 1
+        return list(range(min(self.total, self.calls // self.every + 1)))
+
+
+@pytest.mark.parametrize("total, want, says", [(2, 2, "2 SuperNodes connected"),
+                                              (1, 2, "only 1 of the 2 SuperNodes asked for (min-nodes)")])
+def test_a_run_that_starts_with_fewer_nodes_than_asked_warns(total, want, says, caplog):
+    """``min-nodes`` waits for the nodes; when some do not come within the wait, the run starts
+    with those there and says so in a warning (not silently: its first rounds lack their clients)."""
+    import logging
+
+    from server_app.app import wait_for_nodes
+
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        wait_for_nodes(_Nodes(total, every=2), want, timeout=1.0)
+    level = [r.levelname for r in caplog.records if says in r.getMessage()]
+    assert level == (["INFO"] if total >= want else ["WARNING"]), caplog.text
