@@ -74,7 +74,14 @@ def image(dk):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(f"image {IMAGE}: {r.stdout.strip().splitlines()[-1]} ({time.monotonic() - t0:.0f} s)")
     dk.images.prune(filters={"dangling": True})   # the image this build replaced (GBs on a CI disk)
-    return IMAGE
+    yield IMAGE
+    if os.environ.get("COROLLA_DROP_TEST_IMAGE") == "1":
+        # .ci/run: the image (about 3 GB) and its wheelhouse (0.6 GB) are not needed by the tests after
+        # these drills; a developer's run keeps them (a rebuild from cached layers is quick)
+        dk.images.remove(IMAGE, force=True)
+        dk.images.prune(filters={"dangling": True})
+        for wheel in [*ROOT.glob("docker/wheels/*.whl"), *ROOT.glob("docker/wheels/*.tar.gz")]:
+            wheel.unlink()
 
 
 class Deployment:
