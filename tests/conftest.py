@@ -2,10 +2,13 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests import cpu_paths  # noqa: E402  (first: before anything loads MKL)
+
+cpu_paths.pin()
+
+import pytest  # noqa: E402
 SHARED = ROOT.parent / "shared" / "datasets"
 DATA_DIR = os.environ.get("COROLLA_DATA") or (str(SHARED) if SHARED.is_dir() else "")
 os.environ.setdefault("COROLLA_OFFLINE", "1")

@@ -152,6 +152,9 @@ def main() -> None:
     ap.add_argument("--data-dir", default=os.environ.get("COROLLA_DATA", str(ROOT.parent / "shared" / "datasets")))
     ap.add_argument("--only", nargs="*", help="presets to (re)write; default all")
     a = ap.parse_args()
+    from tests import cpu_paths
+
+    cpu_paths.pin()   # the kernels the golden lines were written with (before anything loads MKL)
     os.environ.setdefault("COROLLA_OFFLINE", "1")
     old = {d["preset"]: d for d in json.loads(GOLDEN.read_text())["presets"]} if GOLDEN.is_file() else {}
     lines = dict(old)

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from flower_io import compat
+from tests import cpu_paths
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,6 +105,9 @@ class Deployment:
 
     def _env(self, **kw):
         env = {"COROLLA_OFFLINE": "1", "COROLLA_IDLE_POLL": "0.05"}
+        # the CPU kernels of the test session (tests/cpu_paths.py): the containers' numbers are
+        # compared with an in-process run of this process
+        env.update({k: os.environ[k] for k in cpu_paths.PATHS if k in os.environ})
         if self.certs is not None:
             env["COROLLA_CERTS"] = "/certs"
         env.update({k: str(v) for k, v in kw.items()})
