@@ -9,6 +9,7 @@ from tests import cpu_paths  # noqa: E402  (first: before anything loads MKL)
 cpu_paths.pin()
 
 import pytest  # noqa: E402
+
 SHARED = ROOT.parent / "shared" / "datasets"
 DATA_DIR = os.environ.get("COROLLA_DATA") or (str(SHARED) if SHARED.is_dir() else "")
 os.environ.setdefault("COROLLA_OFFLINE", "1")
