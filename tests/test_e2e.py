@@ -279,6 +279,7 @@ def test_ufgraphfr_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                 ["num-rounds=2", "min-user-interactions=300", "phase-timeout=300"])
 
 
+@pytest.mark.one_more_method
 def test_metamf_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """MetaMF over 2 real SuperNodes (each user's generated item table and RP weights down, its
     gradients w.r.t. them up, the server's back-propagation through the meta network) gives the
@@ -297,6 +298,7 @@ def test_lpsfed_through_real_superlink_equals_in_process(tmp_path, data_dir):
     assert s["per_client_metrics"].keys() == {"0", "1", "2", "3"}
 
 
+@pytest.mark.one_more_method
 def test_dist_fedavg_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """Dist-FedAvg's expansion, matching and row pulls over 2 real SuperNodes give the in-process
     numbers and bytes."""
@@ -359,6 +361,7 @@ def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
             pr.wait()
 
 
+@pytest.mark.one_more_method
 def test_fedprox_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """FedProx (added by docs/adding-a-method.md: a table entry, a client file, a preset) runs
     through a real SuperLink and 2 SuperNodes with the in-process numbers and bytes."""
@@ -366,6 +369,7 @@ def test_fedprox_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                 ["num-rounds=2", "fedprox-mu=0.1", "patience=0"], inproc_nodes=2)
 
 
+@pytest.mark.one_more_method
 def test_perfedrec_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """PerFedRec (its own draw of 16 clients a round, K-means, the global and cluster tables sent
     once per node, the cluster ids per client, every client evaluated with the next message) over
@@ -376,6 +380,7 @@ def test_perfedrec_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                  "perfedrec-clusters=3", "phase-timeout=120"], inproc_nodes=2)
 
 
+@pytest.mark.one_more_method
 def test_fedfast_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """FedFast (cluster-by-cluster draw, the server's user vectors to each client, every client
     evaluated with the global model) over 2 real SuperNodes gives the in-process numbers and bytes
@@ -385,6 +390,7 @@ def test_fedfast_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                  "fedfast-clusters=3", "phase-timeout=120"], inproc_nodes=2)
 
 
+@pytest.mark.one_more_method
 def test_pfedgraph_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """pFedGraph (each client's graph aggregate and target down, the similarity term in round 2's
     training) over 2 real SuperNodes gives the in-process numbers and bytes."""
@@ -392,6 +398,7 @@ def test_pfedgraph_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                 ["num-rounds=2", "min-user-interactions=300", "local-epochs=2", "phase-timeout=120"])
 
 
+@pytest.mark.one_more_method
 def test_fedrecon_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """FedRecon over 2 real SuperNodes (the global item table down once per node, each client
     reconstructs a fresh user vector and uploads only the rows it trained, item-upload=rows; no
@@ -401,6 +408,7 @@ def test_fedrecon_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                 inproc_nodes=2)
 
 
+@pytest.mark.one_more_method
 def test_fedpergnn_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """FedPerGNN over 2 real SuperNodes (round 1's expansion and matching through every client, the
     network and the item table once per node, per client its neighbour rows; 8 clients a round
@@ -412,6 +420,7 @@ def test_fedpergnn_through_real_superlink_equals_in_process(tmp_path, data_dir):
                                  "phase-timeout=120"], inproc_nodes=2)
 
 
+@pytest.mark.one_more_method
 def test_central_reference_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """The centralised reference (one logical client holding every user, on one of the 2 real
     SuperNodes; nothing is uploaded) gives the in-process numbers."""
@@ -419,6 +428,7 @@ def test_central_reference_through_real_superlink_equals_in_process(tmp_path, da
                                 ["num-rounds=2", "min-user-interactions=300", "phase-timeout=120"])
 
 
+@pytest.mark.one_more_method
 def test_gga_through_real_superlink_equals_in_process(tmp_path, data_dir):
     """Graph-guided aggregation on the silo harness (FedCIA Table 3's GGA column: each client's
     item table up, its graph-aggregated table and the global one down, evaluation with the next
