@@ -13,6 +13,10 @@ import pytest  # noqa: E402
 SHARED = ROOT.parent / "shared" / "datasets"
 DATA_DIR = os.environ.get("COROLLA_DATA") or (str(SHARED) if SHARED.is_dir() else "")
 os.environ.setdefault("COROLLA_OFFLINE", "1")
+# the Flower processes the tests start poll for tasks every 0.5 s, not local mode's 0.05 s
+# (launcher/cli.py, SUPEREXEC_POLL_S): on 2 cores about ten processes share the CPU in an end-to-end
+# test, and the faster polls cost about a quarter of its CPU (docs/results.md, "CI time (2026-11-28)")
+os.environ.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.5")
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,7 @@ def test_deployment_page_has_the_commands_of_each_line():
 
 
 def _env(**extra) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), COROLLA_OFFLINE="1", FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05",
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COROLLA_OFFLINE="1",
                PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.update({k: str(v) for k, v in extra.items()})
     return env

@@ -322,7 +322,7 @@ def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
     from launcher.cli import wait_port
 
     env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT), FLWR_HOME=str(tmp_path / "home"),
-               FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05", PATH=_path_with_interpreter(os.environ.get("PATH", "")))
+               PATH=_path_with_interpreter(os.environ.get("PATH", "")))
     control, fleet_port = _free_port(), _free_port()
     fleet = compat.fleet_address("127.0.0.1", control, fleet_port)   # this Flower line's Fleet API
     procs = []

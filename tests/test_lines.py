@@ -58,7 +58,7 @@ def pythons() -> dict[str, str]:
 
 
 def _env(**extra) -> dict[str, str]:
-    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT), FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05")
+    env = dict(os.environ, COROLLA_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -127,8 +127,7 @@ def test_stock_flower_supernode_from_its_own_venv_serves_a_run(pythons, line_run
         wait_port(control, link)
         wait_port(int(fleet.rsplit(":", 1)[1]), link)
         node_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        node_env.update(PATH=f"{venv / 'bin'}:{os.environ['PATH']}", COROLLA_OFFLINE="1",
-                        FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05")
+        node_env.update(PATH=f"{venv / 'bin'}:{os.environ['PATH']}", COROLLA_OFFLINE="1")
         for i in range(2):
             # each node its own FLWR_HOME, as on its own machine: two SuperNodes installing the app
             # bundle into one apps/ folder at once race (one ClientApp found no pyproject.toml)
