@@ -30,4 +30,3 @@ def data_dir():
 def _cache(tmp_path_factory, monkeypatch):
     # a per-session cache of prepared federations, never the user's
     monkeypatch.setenv("COROLLA_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
