@@ -76,6 +76,7 @@ CORE: dict[str, Key] = {
     "init-std": Key(0.1, "std of the normal initialisation of embeddings"),
     "mlp-layers": Key("64,32,16,8", "NCF tower: input width (2*dim) then hidden widths, comma-separated"),
     "mlp-init": Key("xavier", "NCF tower init: Xavier-uniform weights, zero biases ('xavier') or PyTorch's default nn.Linear init ('torch-default', FedCA code)", ("xavier", "torch-default")),
+    "mlp-reg": Key("none", "L2 on the NCF tower in the loss: 'none', or 'sum-squares' = weight-decay times the sum of the squares of the tower's weights and biases, not divided by the batch (FedCIA's model/MLP.py loss)", ("none", "sum-squares")),
     "gcn-layers": Key(5, "LightGCN propagation layers"),
     "loss": Key("bpr", "local loss", ("bpr", "bce", "fedcia-mse")),
     "optimizer": Key("adam", "local optimiser", ("adam", "sgd")),

@@ -94,6 +94,33 @@ def test_bpr_loss_and_ncf_shapes():
     assert "mlp.0.weight" in ncf.shared_names() and "user.weight" not in ncf.shared_names()
 
 
+def test_fedcia_mlp_loss_with_the_codes_tower_regulariser():
+    """FedCIA's model/MLP.py loss: ½[BCE(pos, 1) + BCE(neg, 0)] + wd·(½(‖u‖² + ‖p‖² + ‖n‖²)/B +
+    Σ over the tower's weights and biases of their squares), written out by hand."""
+    cfg = {"model": "ncf", "dim": 2, "mlp-layers": "4,3", "loss": "bce", "weight-decay": 0.25}
+    plain = build_model(resolve(None, cfg), 2, 4)
+    coded = build_model(resolve(None, {**cfg, "mlp-reg": "sum-squares"}), 2, 4)
+    coded.load_state_dict(plain.state_dict())
+    b = {"user": torch.tensor([0, 1]), "pos": torch.tensor([1, 2]), "neg": torch.tensor([3, 0])}
+    u, p, n = coded.user(b["user"]), coded.item(b["pos"]), coded.item(b["neg"])
+
+    def score(e_u, e_i):
+        w0, b0, w1, b1 = (coded.mlp[0].weight, coded.mlp[0].bias, coded.mlp[2].weight, coded.mlp[2].bias)
+        h = torch.relu(torch.cat([e_u, e_i], -1) @ w0.T + b0)
+        return torch.sigmoid(h @ w1.T + b1).squeeze(-1)
+
+    bce = torch.nn.functional.binary_cross_entropy
+    sp, sn = score(u, p), score(u, n)
+    tower = sum(float((t ** 2).sum()) for t in (coded.mlp[0].weight, coded.mlp[0].bias,
+                                                 coded.mlp[2].weight, coded.mlp[2].bias))
+    emb = 0.5 * float(u.pow(2).sum() + p.pow(2).sum() + n.pow(2).sum()) / 2
+    want = 0.5 * float(bce(sp, torch.ones(2)) + bce(sn, torch.zeros(2))) + 0.25 * (emb + tower)
+    assert coded.loss(b).item() == pytest.approx(want, rel=1e-5)
+    assert plain.loss(b).item() == pytest.approx(want - 0.25 * tower, rel=1e-5)
+    with pytest.raises(ValueError, match="mlp-reg"):
+        resolve(None, {**cfg, "mlp-reg": "l2"})
+
+
 def test_selection_on_valid_and_paper_compat_on_test(tmp_path):
     from server_app.results import RunRecorder
 

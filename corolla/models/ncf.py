@@ -2,6 +2,12 @@
 
 ``layers`` = [2·dim, h1, h2, ...]: Linear+ReLU between consecutive widths, then Linear(h_last, 1).
 FedCA's NCF is layers [32, 16, 8] with dim 16; FedCIA's MLP is [2d, 32].
+
+``mlp_reg = "sum-squares"`` adds FedCIA's tower regulariser to the loss: ``weight_decay · Σ p²``
+over every weight and bias of the tower, not divided by the batch (FedCIA ``model/MLP.py``,
+``loss``: ``reg_loss += torch.sum(param ** 2)`` for the ``dnn_layer`` parameters, then
+``loss + reg_loss * weight_decay``); the embeddings' ``½·wd·‖·‖²/B`` term is the base class's.
+``"none"`` (the default) leaves the tower unregularised.
 """
 
 from __future__ import annotations
@@ -13,8 +19,12 @@ from corolla.models.base import RecModel
 
 
 class NCF(RecModel):
-    def __init__(self, n_users: int, n_items: int, dim: int, layers: list[int], loss: str, weight_decay: float):
+    def __init__(self, n_users: int, n_items: int, dim: int, layers: list[int], loss: str, weight_decay: float,
+                 mlp_reg: str = "none"):
         super().__init__(n_users, n_items, dim, loss, weight_decay)
+        if mlp_reg not in ("none", "sum-squares"):
+            raise ValueError(f"mlp-reg must be 'none' or 'sum-squares', got {mlp_reg!r}")
+        self.mlp_reg = mlp_reg
         if layers[0] != 2 * dim:
             raise ValueError(f"mlp-layers must start with 2*dim={2 * dim}, got {layers[0]}")
         mods: list[nn.Module] = []
@@ -25,3 +35,9 @@ class NCF(RecModel):
 
     def forward(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         return self.mlp(torch.cat([self.user(users), self.item(items)], -1)).squeeze(-1)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        base = super().loss(batch)
+        if self.mlp_reg == "none":
+            return base
+        return base + self.weight_decay * sum(p.pow(2).sum() for p in self.mlp.parameters())
