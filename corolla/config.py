@@ -370,6 +370,11 @@ def validate(cfg: dict[str, Any]) -> None:
             if name not in ("mf", "ncf", "lightgcn") or not dim.isdigit():
                 raise ConfigError(f"config key 'client-models': expected 'model:dim' entries with model in "
                                   f"mf/ncf/lightgcn, got {part!r}")
+    if cfg["mlp-reg"] != "none":
+        ncf = cfg["model"] == "ncf" or any(p.startswith("ncf:") for p in cfg["client-models"].split("|"))
+        if not ncf or cfg["harness"] != "silo":
+            raise ConfigError(f"config key 'mlp-reg': {cfg['mlp-reg']!r} regularises the NCF tower of the 'silo' "
+                              f"harness's clients (FedCIA's MLP); got model={cfg['model']!r}, harness={cfg['harness']!r}")
     if cfg["model"] == "ncf" and not cfg["client-models"]:
         layers = int_list(cfg, "mlp-layers")
         if layers[0] != 2 * cfg["dim"]:

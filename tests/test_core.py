@@ -119,6 +119,10 @@ def test_fedcia_mlp_loss_with_the_codes_tower_regulariser():
     assert plain.loss(b).item() == pytest.approx(want - 0.25 * tower, rel=1e-5)
     with pytest.raises(ValueError, match="mlp-reg"):
         resolve(None, {**cfg, "mlp-reg": "l2"})
+    with pytest.raises(ValueError, match="mlp-reg"):   # a harness that trains without NCF.loss
+        resolve("fedca-ncf-ml100k", {"mlp-reg": "sum-squares"})
+    with pytest.raises(ValueError, match="mlp-reg"):   # not an NCF
+        resolve(None, {"model": "mf", "mlp-reg": "sum-squares"})
 
 
 def test_selection_on_valid_and_paper_compat_on_test(tmp_path):
