@@ -1,10 +1,15 @@
 """Which presets the per-preset tests run (``tests/test_golden.py``, ``tests/test_fused.py``).
 
-By default one preset per (method, harness, model, split) of the resolved config: every code path
-a preset can take, once. Presets that differ only in dataset or sizes run with
-``COROLLA_ALL_PRESETS=1`` (what a change that touches a dataset or the golden file runs; about
-ten minutes more on 2 cores). The choice prefers the README's preset, then the ML-100K preset of a
-group, then the shortest name, so it is stable as presets are added. ``tests/test_fused.py``,
+:func:`group` is one preset per (method, harness, model, split) of the resolved config: every code
+path a preset can take, once (48 golden lines, 905 s on 2 cores on 2026-11-28). The golden test
+samples by :func:`method_group` instead, one preset per (method, harness): 22 lines in 424 s, what
+the CI's time allows (docs/results.md, "CI time (2026-11-28, second cut)"). Those 22 hold every
+model of the golden file but SGL (a central reference, ``tests/test_central.py``), not every
+pairing of a method with a model or split.
+Presets that differ in model, split, dataset or sizes run with
+``COROLLA_ALL_PRESETS=1`` (what a change that touches a model, a dataset or the golden file runs;
+about 25 minutes more on 2 cores). The choice prefers the README's preset, then the ML-100K preset
+of a group, then the shortest name, so it is stable as presets are added. ``tests/test_fused.py``,
 which checks how a round's messages carry the evaluation, samples by :func:`message_group`
 instead (the shape of the messages, not every code path: 27 presets instead of 49).
 """
@@ -20,6 +25,12 @@ README_PRESET = "fedavg-mf-ml100k"
 def group(name: str) -> tuple:
     cfg = resolve(name)
     return cfg["method"], cfg["harness"], cfg["model"], cfg["split"], bool(cfg["client-models"])
+
+
+def method_group(name: str) -> tuple:
+    """One preset per (method, harness): what ``tests/test_golden.py`` runs in the README's test command."""
+    cfg = resolve(name)
+    return cfg["method"], cfg["harness"]
 
 
 def message_group(name: str) -> tuple:

@@ -221,6 +221,7 @@ def _can_netns() -> str:
     return ""
 
 
+@pytest.mark.drill
 def test_across_network_namespaces(tmp_path, data_dir):
     """The SuperLink, a shard node and an edge node in three network namespaces, each node
     reaching the SuperLink's namespace only through its own veth link (a bridge there), TLS and
@@ -319,6 +320,7 @@ def test_flower_commands_come_from_the_interpreters_bin_before_path(tmp_path, mo
         flower_bin("no-such-flower-command")
 
 
+@pytest.mark.drill
 def test_sim_on_a_ray_cluster_in_two_namespaces(tmp_path, data_dir):
     """Flower's simulation runtime on a Ray head and a Ray worker in two network namespaces
     (``benchmarks/ray_cluster.py``, the commands of docs/deployment.md's Ray section): ClientApp

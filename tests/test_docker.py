@@ -317,6 +317,7 @@ def test_tls_each_container_holds_only_its_own_key_and_a_stranger_is_refused(dep
     assert rc != 0 and "code: 2004" in log, log[-2000:]
 
 
+@pytest.mark.drill
 def test_supernode_killed_and_restarted_mid_run(deploy):
     """faults.sh drill A: the rounds without the node lose its clients only; it rejoins."""
     d = deploy()
@@ -349,6 +350,7 @@ def test_supernode_killed_and_restarted_mid_run(deploy):
     assert not any(p.get("state_lost") for r in rounds for p in r["phases"])   # the state volume followed
 
 
+@pytest.mark.drill
 def test_superlink_restart_then_resume_equals_an_uninterrupted_run(deploy, data_dir, tmp_path):
     """faults.sh drill B."""
     d = deploy()

@@ -169,7 +169,8 @@ def test_node_killed_mid_round_costs_only_its_contribution(tmp_path, data_dir):
     assert s["status"] == "completed"
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+# Ctrl-C is a drill (-m drill): SIGTERM takes the same path through the launcher's handler and resume
+@pytest.mark.parametrize("how", [pytest.param("ctrl-c", marks=pytest.mark.drill), "sigterm"])
 def test_killed_run_resumes_to_the_same_final_metrics(tmp_path, data_dir, how):
     """Ctrl-C or ``kill`` (SIGTERM, as ``docker stop`` sends) of ``corolla run`` and a ``--resume``:
     the same final metrics as an uninterrupted run, and after each command no process of it is
@@ -313,6 +314,9 @@ def _free_port():
     return free_port()
 
 
+# a drill on the default line (tests/test_lines.py's stock nodes from their own venv serve a run
+# submitted the same way there); .ci/run runs it in the other line's phase, for that line's Fleet flags
+@pytest.mark.drill
 def test_submit_to_a_running_superlink_with_auto_nodes(tmp_path, data_dir):
     """``corolla run --superlink HOST:PORT`` against a SuperLink and two stock ``flower-supernode``
     with ``clients="auto"`` started apart (as compose does), with this venv's Flower line's Fleet
