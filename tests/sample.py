@@ -8,7 +8,7 @@ model of the golden file but SGL (a central reference, ``tests/test_central.py``
 pairing of a method with a model or split.
 Presets that differ in model, split, dataset or sizes run with
 ``COROLLA_ALL_PRESETS=1`` (what a change that touches a model, a dataset or the golden file runs;
-about 25 minutes more on 2 cores). The choice prefers the README's preset, then the ML-100K preset
+the golden test about 25 minutes more on 2 cores). The choice prefers the README's preset, then the ML-100K preset
 of a group, then the shortest name, so it is stable as presets are added. ``tests/test_fused.py``,
 which checks how a round's messages carry the evaluation, samples by :func:`message_group`
 instead (the shape of the messages, not every code path: 27 presets instead of 49).
