@@ -76,10 +76,10 @@ class MetaMFClient(OneUserBase):
     def batch_evaluate(clients, rnd, states, shared, personals) -> list[PhaseResult]:
         sigmoid = clients[0].p.metamf_loss == "bce"
 
-        def score(idx, items):
+        def score(idx, items):   # on the CPU, as the client's gradients: the tables arrive as numpy
             out = []
             with torch.no_grad():
-                for j, cand in zip(idx.tolist(), items):
+                for j, cand in zip(idx.tolist(), items.cpu()):
                     p = {k: torch.as_tensor(v) for k, v in personals[j].items()}
                     y = rp_predict(p["item.weight"][cand], p["rp.w0"], p["rp.b0"], p["rp.w1"], p["rp.b1"])
                     out.append(torch.sigmoid(y) if sigmoid else y)

@@ -140,13 +140,13 @@ def ensemble_scorer(prm, rnd, states, shared, personals, device):
                     towers.append(shared)
             parts.append((model_logits(user, np.stack(embs), towers), own))
         with torch.no_grad():
-            total = torch.zeros(it.shape, dtype=torch.float64)
-            count = torch.zeros(len(jj), dtype=torch.float64)
+            total = torch.zeros(it.shape, dtype=torch.float64, device=device)
+            count = torch.zeros(len(jj), dtype=torch.float64, device=device)
             for logits, mask in parts:
-                m = torch.as_tensor(mask, dtype=torch.float64)
+                m = torch.as_tensor(mask, dtype=torch.float64, device=device)
                 v = logits.double() if prm.perfedrec_ensemble == "logit" else torch.sigmoid(logits).double()
                 total += v * m[:, None]
                 count += m
-            return (total / count[:, None]).numpy().astype(np.float32)
+            return (total / count[:, None]).cpu().numpy().astype(np.float32)
 
     return score

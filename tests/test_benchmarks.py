@@ -384,3 +384,17 @@ def test_round_memory_names_a_bad_argument(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "round_memory.py"), "--data-dir",
                         str(tmp_path / "nowhere"), "--preset", "gpfedrec-lastfm2k"], capture_output=True, text=True)
     assert p.returncode == 2 and "--data-dir" in p.stderr and "no such directory" in p.stderr
+
+
+def test_cuda_check_on_the_cpu_reproduces_a_golden_line_and_leaves_the_golden_module_as_it_was(data_dir):
+    """``benchmarks/cuda_check.py`` on the CPU: the golden line exactly (no client excluded, same
+    bytes, metrics equal); the device override does not leak into the golden test's module."""
+    from benchmarks.cuda_check import _max_rel, check_one
+    from tests import golden
+
+    common = golden.COMMON
+    got = check_one("perfedrec-pmf-filmtrust", data_dir, "cpu")
+    assert golden.COMMON == common
+    assert got["excluded"] == 0 and got["bytes_equal"] and got["metrics_equal"] and got["max_rel_metric_diff"] == 0.0, got
+    assert _max_rel({"a": {"x": 1.1}}, {"a": {"x": 1.0}}) == pytest.approx(0.1)
+    assert _max_rel({"a": None}, {"a": 0.5}) == float("inf")

@@ -125,7 +125,7 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     n = np.array([len(s["item"]) for s in samples], np.int64)
     m = {k: torch.zeros_like(v) for k, v in params.items()}
     v2 = {k: torch.zeros_like(v) for k, v in params.items()}
-    steps = torch.zeros(B, dtype=torch.float64)
+    steps = torch.zeros(B, dtype=torch.float64, device=dev)   # indexed by idx, which lives on dev
     cum_loss = np.zeros(B)
     cum_n = np.zeros(B)
     prev = np.zeros(B)
@@ -309,11 +309,12 @@ def train_pfedrec_one(model, samples: dict[str, np.ndarray], perms: list[np.ndar
     """The reference path of :func:`train_pfedrec_stacked` with ``torch.optim.SGD``, as PF's engine."""
     opt = torch.optim.SGD(model.affine.parameters(), lr=lr)
     opt_i = torch.optim.SGD(model.item.parameters(), lr=lr_item)
-    items = torch.as_tensor(samples["item"], dtype=torch.long)
-    labels = torch.as_tensor(samples["label"], dtype=torch.float32)
+    dev = next(model.parameters()).device
+    items = torch.as_tensor(samples["item"], dtype=torch.long, device=dev)
+    labels = torch.as_tensor(samples["label"], dtype=torch.float32, device=dev)
     tot = cnt = 0.0
     for perm in perms:
-        order = torch.as_tensor(perm, dtype=torch.long)
+        order = torch.as_tensor(perm, dtype=torch.long, device=dev)
         for a in range(0, len(items), batch_size):
             sel = order[a:a + batch_size]
             opt.zero_grad()
