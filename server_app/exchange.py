@@ -77,6 +77,7 @@ class PhaseStats:
     compute_s: float = 0.0  # the largest per-node sum of the clients' own phase time
     excluded: list[dict[str, Any]] = field(default_factory=list)
     state_lost: list[int] = field(default_factory=list)   # clients that trained from an older state
+    raised: set[int] = field(default_factory=set)   # clients whose own code raised (not their node's transport)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
@@ -288,6 +289,7 @@ class Exchanger:
         if c in errors:
             err = str(errors[c])
             log(WARNING, "logical client %s raised in phase %s; excluded:\n%s", c, phase, err)
+            stats.raised.add(c)
             self._exclude(stats, node, c, (err.strip().splitlines() or ["(no message)"])[-1][:300])
             return None
         if c not in results:

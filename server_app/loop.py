@@ -53,6 +53,22 @@ class NoClients(RuntimeError):
                          "no node hosts any logical client (no node is connected)")
 
 
+class EveryClientRaised(RuntimeError):
+    """Every logical client asked in a phase raised in its own code (not a lost or late node): the
+    same defect on every client (a device mismatch, a missing package), not a hostile or unlucky
+    few. Going on would aggregate nothing and report the untrained model round after round, so the
+    run stops here, its last checkpoint kept (``corolla run --resume`` after the fix)."""
+
+    def __init__(self, rnd: int, stats: PhaseStats):
+        reasons: dict[str, int] = {}
+        for x in stats.excluded:
+            if x["client"] in stats.raised:
+                reasons[x["reason"]] = reasons.get(x["reason"], 0) + 1
+        said = "; ".join(f"{why!r} ({n} client{'s' if n > 1 else ''})" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
+        super().__init__(f"round {rnd}, phase {stats.name}: every one of the {len(stats.raised)} logical clients "
+                         f"asked raised: {said} (each client's traceback is in the log)")
+
+
 @dataclass
 class RoundState:
     """What one round gathers as its phases run."""
@@ -152,6 +168,8 @@ class RoundLoop:
                                secure=sec)
         r.reply_evals.update(out.reply_evals)
         self._progress(rnd, out.stats, len(out.results), len(targets))
+        if targets and set(targets) <= out.stats.raised:
+            raise EveryClientRaised(rnd, out.stats)
         return out, sec
 
     def aggregate_phase(self, spec: PhaseSpec, r: RoundState, out: PhaseOutcome, sec: SecureRound | None) -> None:

@@ -286,3 +286,62 @@ def test_a_failed_batch_is_logged_and_no_client_trains_twice(tmp_path, data_dir,
     assert trained == {0: [0.0], 1: [0.0], 2: [0.0], 3: [0.0]}   # each once, from its state before the phase
     assert all(isinstance(r, PhaseResult) for r in out.values())
     assert float(node.store.load(0, 1)[1]["w"][0]) == 1.0          # not the batch's 99, not trained twice
+
+
+def _run_with_client(tmp_path, data_dir, client_cls):
+    """A 2-round in-process run of a small FedAvg-MF federation (4 clients, 2 nodes) whose nodes
+    host ``client_cls(base)`` instead of the method's client class."""
+    from client_app import host as H
+    from launcher.inproc import InProcessTransport, partitions
+    from server_app.app import run_federation
+
+    sets = "num-rounds=2 eval-every=1 patience=0 split=loo partition=blocks num-clients=4 protocol=loo dim=4"
+    orig = H.registry.client_class
+    H.registry.client_class = lambda c: client_cls(orig(c))
+    try:
+        return run_federation(InProcessTransport(partitions(2, {"data-dir": data_dir})),
+                              {"preset": "fedavg-mf-ml100k", "set": sets, "out-dir": str(tmp_path / "run"),
+                               "data-dir": data_dir})
+    finally:
+        H.registry.client_class = orig
+
+
+def _raising(ids):
+    """A client class whose training raises for the clients ``ids`` (every other one trains)."""
+    def make(base):
+        class Client(base):
+            @staticmethod
+            def batch_train(clients, rnd, states, shared, personals):
+                if any(c.cid in ids for c in clients):
+                    raise RuntimeError("the batch holds a broken client")   # the host retries one by one
+                return base.batch_train(clients, rnd, states, shared, personals)
+
+            def phase_train(self, rnd, state, shared, personal):
+                if self.cid in ids:
+                    raise RuntimeError(f"indices should be on the same device (client {self.cid})")
+                return super().phase_train(rnd, state, shared, personal)
+        return Client
+    return make
+
+
+def test_a_phase_where_every_client_raised_stops_the_run(tmp_path, data_dir):
+    """Every client raising in its own code is one defect (a device mismatch, found on a GPU this
+    way): the run stops at that phase with the reasons, instead of recording the untrained model
+    as every round's result."""
+    import json
+
+    from server_app.loop import EveryClientRaised
+
+    with pytest.raises(EveryClientRaised, match=r"round 1, phase train: every one of the 4 logical clients asked "
+                                                r"raised: .*same device.*\(1 client\)"):
+        _run_with_client(tmp_path, data_dir, _raising({0, 1, 2, 3}))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "every one of the 4 logical clients" in summary["error"]
+
+
+def test_a_phase_where_some_clients_raised_goes_on_without_them(tmp_path, data_dir):
+    s = _run_with_client(tmp_path, data_dir, _raising({0, 2}))
+    assert s["status"] == "completed" and s["rounds_completed"] == 2
+    import json
+    rounds = [json.loads(x) for x in open(tmp_path / "run" / "rounds.jsonl")]
+    assert sorted(x["client"] for x in rounds[0]["phases"][0]["excluded"]) == [0, 2]
