@@ -57,7 +57,7 @@ class EveryClientRaised(RuntimeError):
     """Every logical client asked in a phase raised in its own code (not a lost or late node): the
     same defect on every client (a device mismatch, a missing package), not a hostile or unlucky
     few. Going on would aggregate nothing and report the untrained model round after round, so the
-    run stops here, its last checkpoint kept (``corolla run --resume`` after the fix)."""
+    run stops here; the checkpoint of the round before stays in the run folder."""
 
     def __init__(self, rnd: int, stats: PhaseStats):
         reasons: dict[str, int] = {}
