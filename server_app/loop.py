@@ -59,13 +59,13 @@ class EveryClientRaised(RuntimeError):
     few. Going on would aggregate nothing and report the untrained model round after round, so the
     run stops here; the checkpoint of the round before stays in the run folder."""
 
-    def __init__(self, rnd: int, stats: PhaseStats):
+    def __init__(self, rnd: int, stats: PhaseStats, asked: int):
         reasons: dict[str, int] = {}
         for x in stats.excluded:
             if x["client"] in stats.raised:
                 reasons[x["reason"]] = reasons.get(x["reason"], 0) + 1
         said = "; ".join(f"{why!r} ({n} client{'s' if n > 1 else ''})" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
-        super().__init__(f"round {rnd}, phase {stats.name}: every one of the {len(stats.raised)} logical clients "
+        super().__init__(f"round {rnd}, phase {stats.name}: every one of the {asked} logical clients "
                          f"asked raised: {said} (each client's traceback is in the log)")
 
 
@@ -169,7 +169,7 @@ class RoundLoop:
         r.reply_evals.update(out.reply_evals)
         self._progress(rnd, out.stats, len(out.results), len(targets))
         if targets and set(targets) <= out.stats.raised:
-            raise EveryClientRaised(rnd, out.stats)
+            raise EveryClientRaised(rnd, out.stats, len(targets))
         return out, sec
 
     def aggregate_phase(self, spec: PhaseSpec, r: RoundState, out: PhaseOutcome, sec: SecureRound | None) -> None:
