@@ -1,7 +1,8 @@
 """Every preset's metrics and byte counts over 2 in-process rounds equal the golden file written
-(metrics of CPU-sensitive models: within two users' reordering, ``tests/golden.py``) before the method-table redesign (``tests/golden.py``; one preset per method and harness by default,
-all of them with ``COROLLA_ALL_PRESETS=1``, ``tests/sample.py``; regenerate with ``python -m tests.golden``
-only for a change that is meant to change numbers, and say so in the commit)."""
+before the method-table redesign (the metrics of CPU-sensitive models: within two users'
+reordering, ``tests/golden.py``; one preset per method and harness by default, all of them with
+``COROLLA_ALL_PRESETS=1``, ``tests/sample.py``; regenerate with ``python -m tests.golden`` only for
+a change that is meant to change numbers, and say so in the commit)."""
 
 import json
 
