@@ -46,17 +46,15 @@ def check_one(name: str, data_dir: str, device: str) -> dict:
     from tests import golden
 
     want = {d["preset"]: d for d in json.loads(golden.GOLDEN.read_text())["presets"]}.get(name)
-    common, golden.COMMON = golden.COMMON, f"{golden.COMMON} device={device}"   # the golden run's overrides + the device
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         cache = os.environ.get("COROLLA_CACHE")
         os.environ["COROLLA_CACHE"] = cache or str(Path(tmp) / "cache")
         try:
-            got = golden.run_preset(name, data_dir, Path(tmp))
+            got = golden.run_preset(name, data_dir, Path(tmp), extra=f"device={device}")
         except Exception as e:  # noqa: BLE001
             return {"preset": name, "error": f"{type(e).__name__}: {e}"[:500], "s": round(time.perf_counter() - t0, 1)}
         finally:
-            golden.COMMON = common
             if cache is None:
                 os.environ.pop("COROLLA_CACHE")
         excluded = []

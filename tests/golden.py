@@ -162,8 +162,9 @@ def differences(got, want, users: int = 0, path: str = "", in_metrics: bool = Fa
     return [f"{path}: {got!r}, the line has {want!r}"]
 
 
-def run_preset(name: str, data_dir: str, out: Path) -> dict:
-    """One golden line: the preset's 2-round in-process run (or why it cannot run offline)."""
+def run_preset(name: str, data_dir: str, out: Path, extra: str = "") -> dict:
+    """One golden line: the preset's 2-round in-process run (or why it cannot run offline);
+    ``extra``: overrides added after the line's own (``benchmarks/cuda_check.py``: the device)."""
     sys.path.insert(0, str(ROOT))
     from corolla.config import resolve
     from server_app.app import run_federation
@@ -171,7 +172,7 @@ def run_preset(name: str, data_dir: str, out: Path) -> dict:
 
     from corolla.config import parse_overrides
 
-    overrides = f"{COMMON} {reduce_for(name, resolve(name)['dataset'])}".strip()
+    overrides = f"{COMMON} {reduce_for(name, resolve(name)['dataset'])} {extra}".strip()
 
     cfg = resolve(name, parse_overrides(overrides))
     need = OFFLINE_MISSING.get(cfg["dataset"])

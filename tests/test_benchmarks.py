@@ -388,7 +388,7 @@ def test_round_memory_names_a_bad_argument(tmp_path):
 
 def test_cuda_check_on_the_cpu_reproduces_a_golden_line_and_leaves_the_golden_module_as_it_was(data_dir):
     """``benchmarks/cuda_check.py`` on the CPU: the golden line exactly (no client excluded, same
-    bytes, metrics equal); the device override does not leak into the golden test's module."""
+    bytes, metrics equal); the device override does not leak into the golden module's overrides."""
     from benchmarks.cuda_check import _max_rel, check_one
     from tests import golden
 
