@@ -21,7 +21,9 @@ Round (``train`` phase), per client:
    99 evaluation negatives are in that pool, FedCA's ``utils/data.py:101-135``), re-drawn every round;
 3. ``local-epochs`` epochs with a fresh Adam and the code's early break
    (``corolla.models.stacked``; all the clients a node hosts train batched, which equals one at
-   a time);
+   a time); FedAvg may instead train with ``optimizer = 'sgd'``: plain SGD with the three rates of
+   UFGraphFR's code base (``lr``, ``lr-eta``: the item table lr·M·lr-eta − lr, the user vector
+   lr·lr-eta − lr, the tower lr), how that code base trains its one-user clients;
 4. upload — ``fedca``: ``item.weight`` (+ the tower) and its descriptor ``basis`` X_u
    (k × d: PCA of the item rows of the round's training rows, duplicates included; or with
    ``fedca-subspace = left`` the paper's k left singular vectors of the interacted items' rows,
@@ -48,8 +50,14 @@ from client_app.base import PhaseResult
 from client_app.oneuser import (OneUserBase, evaluate_stacked, evaluated, round_samples, rows_mode, rows_scorer,
                                 rows_upload, without_table)
 from corolla.models.factory import build_model, init_params, shared_init
-from corolla.models.stacked import mlp_layer_names, stack, stacked_logits, train_stacked, train_users
+from corolla.models.stacked import learning_rates, mlp_layer_names, stack, stacked_logits, train_stacked, train_users
 from corolla.util import stable_seed
+
+def sgd_rates(cfg, prm, n_items: int) -> dict[str, float] | None:
+    """``optimizer = 'sgd'`` (FedAvg's reading of UFGraphFR's code base): plain SGD with the code's
+    three rates (``lr``, ``lr-eta``; :func:`corolla.models.stacked.learning_rates`); None: Adam."""
+    return learning_rates(cfg["lr"], prm.lr_eta, n_items) if cfg["optimizer"] == "sgd" else None
+
 
 class OneUserClient(OneUserBase):
     """One user, one MF/NCF model; see the module docstring.
@@ -111,7 +119,8 @@ class OneUserClient(OneUserBase):
         samples, perms = round_samples(clients, rnd)
         trained, losses = train_users(starts, samples, perms, partial(
             train_stacked, batch_size=cfg["batch-size"], lr_emb=cfg["lr"], lr_mlp=prm.lr_mlp,
-            wd_mlp=prm.mlp_weight_decay, early_break=prm.early_break, graph_layers=graph_layers(cfg)), dev,
+            wd_mlp=prm.mlp_weight_decay, early_break=prm.early_break, graph_layers=graph_layers(cfg),
+            sgd=sgd_rates(cfg, prm, clients[0].fed.n_items)), dev,
             dense=not sparse,
             **type(clients[0]).train_options(clients, rnd, starts, personals))
         if not clients[0].reply_evaluates(rnd):

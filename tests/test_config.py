@@ -31,3 +31,15 @@ def test_presets_resolve_and_have_paper_numbers():
     for p in ps:
         resolve(p.name)
         assert p.paper.get("source")
+
+
+def test_one_user_optimizer_is_the_methods_choice():
+    # FedAvg on the one-user harness may train with the SGD of UFGraphFR's code base (lr-eta), the
+    # other one-user baselines only with Adam: the error names the key, the method and what it takes
+    cfg = resolve("fedmf-ufgraphfr-ml100k", {"optimizer": "sgd", "lr": 0.1, "lr-eta": 40.0})
+    assert cfg["optimizer"] == "sgd" and cfg["lr-eta"] == 40.0
+    assert resolve("fedmf-ufgraphfr-ml100k")["optimizer"] == "adam"
+    with pytest.raises(ConfigError, match=r"'optimizer': harness='one-user' trains method 'fcf' with optimizer='adam'"):
+        resolve("fedmf-ufgraphfr-ml100k", {"method": "fcf", "optimizer": "sgd"})
+    with pytest.raises(ConfigError, match=r"method 'pfedrec' with optimizer='sgd'.*got 'adam'"):
+        resolve("pfedrec-ufgraphfr-ml100k", {"optimizer": "adam"})

@@ -74,6 +74,45 @@ def test_batched_training_equals_one_user_at_a_time(model, early_break):
     assert_far_beyond(max_abs_diff(wrong, got[u]), atol, what="one step skipped")
 
 
+SGD_RATES = {"item": 0.4, "user": 0.3, "rest": 0.05}
+
+
+def _sgd_reference(model, state, sample, perm, rates, m_items=40):
+    ref = build_model(_cfg(model), 1, m_items)
+    ref.set_arrays(state)
+    loss = train_one(ref, sample, perm, BATCH, 0.0, 0.0, WD_MLP, 0.0, sgd=rates)
+    return ref.get_arrays(), loss
+
+
+@pytest.mark.parametrize("model", ["mf", "ncf"])
+def test_batched_sgd_equals_torch_sgd_one_user_at_a_time(model):
+    """``optimizer = 'sgd'`` (FedAvg's reading of UFGraphFR's code base): the stacked plain-SGD step
+    with one rate per group equals ``torch.optim.SGD`` on one user at a time."""
+    states, samples, perms = _one_user_problem(model)
+    params = stack(states, list(states[0]), torch.device("cpu"))
+    params, losses = train_stacked(params, samples, perms, BATCH, 0.0, 0.0, WD_MLP, 0.0, sgd=SGD_RATES)
+    got = unstack(params)
+    steps = EPOCHS * max(-(-len(s["item"]) // BATCH) for s in samples)
+    atol = f32_train_atol(steps, max(SGD_RATES.values()), BATCH * 2 * 4)
+    for u in range(len(states)):
+        want, loss = _sgd_reference(model, states[u], samples[u], perms[u], SGD_RATES)
+        assert losses[u] == pytest.approx(loss, abs=atol)
+        for k, v in want.items():
+            np.testing.assert_allclose(got[u][k], v, rtol=0, atol=atol, err_msg=f"user {u} {k}")
+    # each group's rate matters: the item table's or the user vector's rate 10 % off is far outside
+    u = int(np.argmax([len(s["item"]) for s in samples]))
+    for part in ("item", "user"):
+        wrong, _ = _sgd_reference(model, states[u], samples[u], perms[u], {**SGD_RATES, part: SGD_RATES[part] * 1.1})
+        assert_far_beyond(max_abs_diff(wrong, got[u]), atol, what=f"{part} rate x 1.1")
+
+
+def test_sgd_rates_of_the_code_base():
+    from corolla.models.stacked import learning_rates, param_group
+    # GPFedRec's engine.py: item lr·M·lr_eta − lr, user lr/ratio·lr_eta − lr (ratio 1), MLP lr
+    assert learning_rates(0.1, 80.0, 1682) == pytest.approx({"item": 13455.9, "user": 7.9, "rest": 0.1})
+    assert [param_group(n) for n in ("item.weight", "user.weight", "mlp.0.weight")] == ["item", "user", "rest"]
+
+
 def test_training_rows_negatives_distinct_and_from_pool():
     g = np.random.default_rng(1)
     pool = np.array([3, 5, 7, 9, 11])
@@ -145,6 +184,16 @@ def test_one_user_baselines_run(tmp_path, data_dir, method):
     assert up == (0 if method == "local" else r[0]["train"]["clients"] * (1597 * 16 * 4 + 128))
     # the clients evaluate in their training reply: no other message
     assert [p["name"] for p in r[0]["phases"]] == ["train"] and r[0]["metrics"]["hr@10"] >= 0
+
+
+def test_fedavg_sgd_reaches_the_clients(tmp_path, data_dir):
+    """``optimizer = 'sgd'`` and ``lr-eta`` reach FedAvg's one-user clients: each changes what they train."""
+    runs = {name: _run(tmp_path, name, data_dir, 2, f"method=fedavg num-rounds=1 local-epochs=1 {extra}")[0]
+            for name, extra in [("adam", ""), ("sgd", "optimizer=sgd lr=0.01"),
+                                ("sgd-eta", "optimizer=sgd lr=0.01 lr-eta=20")]}
+    assert all(r["status"] == "completed" for r in runs.values())
+    assert runs["sgd"]["valid_metrics"] != runs["adam"]["valid_metrics"]
+    assert runs["sgd"]["valid_metrics"] != runs["sgd-eta"]["valid_metrics"]
 
 
 def test_interpolation_by_hand():

@@ -35,7 +35,8 @@ METHODS = [
     Method("fedavg", "one-user", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FedAvg", "client_app.pmf:OneUserClient",
            "FedMF on one-user clients: each user trains from the global item table; with lightgcn, FedLightGCN: "
            "LightGCN over each user's first-order graph", "FedCA Table 1 FedAvg row; UFGraphFR Table 4 FedLightGCN row",
-           client_options={"start_from": "global"}, row_upload=True, check=check_one_user_lightgcn),
+           client_options={"start_from": "global"}, row_upload=True, check=check_one_user_lightgcn,
+           requires={"optimizer": ("adam", "sgd")}),
     Method("fedavg", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient", "example-weighted mean of each user and item row",
            "Dist-FedAvg Table 3 FedAvg row", key_owners=("distfedavg",), strategy_options={"rule": "fedavg"}),

@@ -18,6 +18,7 @@ ONE_USER_KEYS = {
     "mlp-weight-decay": Key(0.0, "one-user harness: Adam weight decay of the NCF tower"),
     "early-break": Key(0.0, "one-user harness: stop a client's local epochs once the relative change of its cumulative mean loss is below this (FedCA code: 1e-4; 0 = off)"),
     "item-upload": Key("full", "one-user harness: each client uploads its whole trained item table ('full', the papers' protocol) or only the rows its round trained, with their ids ('rows': every other row equals the global table it received, so the server rebuilds the same tables; the mean is the same up to float64 rounding; the client keeps no copy of the global table in its state). For methods whose clients start each round from the global table (FedAvg, FCF, PFedRec); what lets them reach tens of thousands of users", ("full", "rows")),
+    "lr-eta": Key(80.0, "one-user harness, optimizer = 'sgd' (UFGraphFR's code base: UFGraphFR, GPFedRec, and FedAvg's SGD reading): learning-rate multiplier: item table lr·M·lr-eta − lr, user part lr·lr-eta − lr, the rest lr (the code's lr_eta)"),
     "user-init": Key("per-client", "initial user vectors: seeded per client, or one shared vector for all (FedCA code: a deepcopy of the template model)", ("per-client", "shared")),
 }
 
@@ -48,8 +49,9 @@ def check_one_user(cfg, method):
     want = {"loss": "bce", "optimizer-state": "fresh", "weight-decay": 0.0, "optimizer": "adam",
             "train-samples": "per-positive", **method.requires}
     for key, value in want.items():
-        if cfg[key] != value:
-            raise ConfigError(f"config key '{key}': harness='one-user' trains with {key}={value!r} "
+        if cfg[key] not in (value if isinstance(value, tuple) else (value,)):
+            value = " or ".join(repr(v) for v in value) if isinstance(value, tuple) else repr(value)
+            raise ConfigError(f"config key '{key}': harness='one-user' trains method '{method.name}' with {key}={value} "
                               f"(BCE on sigmoid scores, a fresh optimiser each round, negatives re-drawn "
                               f"each round; the tower's decay is 'mlp-weight-decay'), got {cfg[key]!r}")
 

@@ -105,7 +105,8 @@ def epoch_batches(samples: list[dict[str, np.ndarray]], perms: list[list[np.ndar
 def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.ndarray]],
                   perms: list[list[np.ndarray]], batch_size: int, lr_emb: float, lr_mlp: float,
                   wd_mlp: float, early_break: float, penalty=None,
-                  graph_layers: int | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+                  graph_layers: int | None = None,
+                  sgd: dict[str, float] | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray]:
     """Train B one-user models in place of their stacked ``params``.
 
     ``samples[b]``: ``item`` (int) and ``label`` (float) of client b's training rows;
@@ -115,7 +116,11 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     (pFedGraph's similarity term). It is back-propagated with the loss but not counted in the
     reported loss or the early break. ``graph_layers`` K: the model is LightGCN with K layers over
     each client's one-user graph, its positives being the rows of ``samples`` labelled 1
-    (FedLightGCN; ``corolla.models.star``). Returns (params, final cumulative loss per client).
+    (FedLightGCN; ``corolla.models.star``). ``sgd``: plain SGD instead of Adam, with the learning
+    rates ``sgd["item"]`` (item table), ``sgd["user"]`` (user vector) and ``sgd["rest"]`` (the
+    tower, with weight decay ``wd_mlp``), as ``torch.optim.SGD`` per group (``lr_emb`` and
+    ``lr_mlp`` unused): the one-user optimiser of UFGraphFR's code base (:func:`learning_rates`).
+    Returns (params, final cumulative loss per client).
     """
     names = list(params)
     mlp = mlp_layer_names(names)
@@ -151,6 +156,10 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
                     lr, wd = (lr_emb, 0.0) if is_embedding(k) else (lr_mlp, wd_mlp)
                     if wd:
                         g = g.add(p, alpha=wd)
+                    if sgd is not None:
+                        p.sub_(g, alpha=sgd[param_group(k)])
+                        params[k][idx] = p
+                        continue
                     shape = (-1,) + (1,) * (p.dim() - 1)
                     mk = m[k][idx].lerp_(g, 1 - b1)
                     vk = v2[k][idx].mul_(b2).addcmul_(g, g, value=1 - b2)
@@ -169,6 +178,23 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
             alive &= ~stop
         prev = cur
     return params, np.divide(cum_loss, np.maximum(cum_n, 1))
+
+
+def learning_rates(lr: float, lr_eta: float, n_items: int) -> dict[str, float]:
+    """The SGD learning rates of UFGraphFR's code base (``lr-eta``; UF engine.py:254-292, GP
+    engine.py's three optimisers): the item table lr·M·lr_eta − lr, the user part lr·lr_eta − lr,
+    the rest lr."""
+    return {"item": lr * n_items * lr_eta - lr, "user": lr * lr_eta - lr, "rest": lr}
+
+
+def param_group(name: str) -> str:
+    """SGD group of a parameter (:func:`learning_rates`): ``item`` (the table), ``user`` (joint
+    embedding / user vector), ``rest``."""
+    if name.startswith("item."):
+        return "item"
+    if name.startswith("user."):
+        return "user"
+    return "rest"
 
 
 def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.ndarray]],
@@ -229,15 +255,23 @@ def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.
 
 
 def train_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], batch_size: int,
-              lr_emb: float, lr_mlp: float, wd_mlp: float, early_break: float) -> float:
+              lr_emb: float, lr_mlp: float, wd_mlp: float, early_break: float,
+              sgd: dict[str, float] | None = None) -> float:
     """The reference path: one user's model (``corolla.models`` MF/NCF with one user) trained with
-    ``torch.optim.Adam`` exactly as :func:`train_stacked` trains each client."""
-    emb = [p for n, p in model.named_parameters() if is_embedding(n)]
-    rest = [p for n, p in model.named_parameters() if not is_embedding(n)]
-    groups = [{"params": emb, "lr": lr_emb, "weight_decay": 0.0}]
-    if rest:
-        groups.append({"params": rest, "lr": lr_mlp, "weight_decay": wd_mlp})
-    opt = torch.optim.Adam(groups, betas=ADAM_BETAS, eps=ADAM_EPS)
+    ``torch.optim.Adam`` (with ``sgd``: ``torch.optim.SGD``, one group per rate) exactly as
+    :func:`train_stacked` trains each client."""
+    if sgd is not None:
+        named = list(model.named_parameters())
+        groups = [{"params": [p for n, p in named if param_group(n) == part], "lr": sgd[part],
+                   "weight_decay": wd_mlp if part == "rest" else 0.0} for part in ("item", "user", "rest")]
+        opt = torch.optim.SGD([grp for grp in groups if grp["params"]])
+    else:
+        emb = [p for n, p in model.named_parameters() if is_embedding(n)]
+        rest = [p for n, p in model.named_parameters() if not is_embedding(n)]
+        groups = [{"params": emb, "lr": lr_emb, "weight_decay": 0.0}]
+        if rest:
+            groups.append({"params": rest, "lr": lr_mlp, "weight_decay": wd_mlp})
+        opt = torch.optim.Adam(groups, betas=ADAM_BETAS, eps=ADAM_EPS)
     dev = next(model.parameters()).device
     items = torch.as_tensor(samples["item"], dtype=torch.long, device=dev)
     labels = torch.as_tensor(samples["label"], dtype=torch.float32, device=dev)

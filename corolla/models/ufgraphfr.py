@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from corolla.models.stacked import learning_rates, param_group  # noqa: F401 (UF.learning_rates)
 from corolla.util import stable_seed
 
 DIM = 32
@@ -133,20 +134,6 @@ def set_params(m: nn.Module, arrays: dict[str, np.ndarray]) -> None:
 
 def get_params(m: nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in m.named_parameters()}
-
-
-def param_group(name: str) -> str:
-    """SGD group of a parameter: ``item`` (the table), ``user`` (joint embedding / user vector), ``rest``."""
-    if name.startswith("item."):
-        return "item"
-    if name.startswith("user."):
-        return "user"
-    return "rest"
-
-
-def learning_rates(lr: float, lr_eta: float, n_items: int) -> dict[str, float]:
-    """UF engine.py:254-292 / GP engine.py: items lr·M·lr_eta − lr, user lr·lr_eta − lr, rest lr."""
-    return {"item": lr * n_items * lr_eta - lr, "user": lr * lr_eta - lr, "rest": lr}
 
 
 # ----------------------------------------------------------------------------------------------
