@@ -90,7 +90,8 @@ ADDED = [f"central-{m}-{p}-ml100k" for m in ("mf", "ncf", "sgl") for p in ("fedc
     "gpfedrec-lastfm2k", "ufgraphfr-lastfm2k", "ufgraphfr-lite-lastfm2k", "fedrecon-ufgraphfr-lastfm2k",
     "metamf-ufgraphfr-lastfm2k", "fedpergnn-ufgraphfr-ml100k", "fedpergnn-ufgraphfr-lastfm2k"] + [
     f"central-{m}-ufgraphfr-lastfm2k" for m in ("mf", "ncf", "sgl")] + [
-    "fedlightgcn-ufgraphfr-ml100k", "fedlightgcn-ufgraphfr-lastfm2k"]
+    "fedlightgcn-ufgraphfr-ml100k", "fedlightgcn-ufgraphfr-lastfm2k", "fedncf-sgd-ufgraphfr-ml100k",
+    "fedncf-sgd-ufgraphfr-lastfm2k"]
 
 
 def reduce_for(name: str, dataset: str) -> str:
