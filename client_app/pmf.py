@@ -53,6 +53,7 @@ from corolla.models.factory import build_model, init_params, shared_init
 from corolla.models.stacked import learning_rates, mlp_layer_names, stack, stacked_logits, train_stacked, train_users
 from corolla.util import stable_seed
 
+
 def sgd_rates(cfg, prm, n_items: int) -> dict[str, float] | None:
     """``optimizer = 'sgd'`` (FedAvg's reading of UFGraphFR's code base): plain SGD with the code's
     three rates (``lr``, ``lr-eta``; :func:`corolla.models.stacked.learning_rates`); None: Adam."""

@@ -11,7 +11,9 @@ agree).
 Semantics, as the FedCA code (engine.py:114-151):
 
 * a fresh Adam every round; embeddings (``user.*``, ``item.*``) with ``lr_emb`` and no weight
-  decay, the MLP with ``lr_mlp`` and Adam weight decay ``wd_mlp``;
+  decay, the MLP with ``lr_mlp`` and Adam weight decay ``wd_mlp``; or, with ``sgd``, plain SGD
+  at one rate per group (item table, user vector, the rest: :func:`learning_rates`, UFGraphFR's
+  code base), equal to ``torch.optim.SGD`` per group (:func:`train_one`);
 * loss: ``BCELoss(sigmoid(logit), label)``, the mean over the mini-batch (a probability that
   saturates to 1.0 gets no gradient, as in the code);
 * ``epochs`` shuffled epochs of mini-batches of ``batch_size``; after each epoch the cumulative
