@@ -36,7 +36,7 @@ class Method:
     strategy_options: dict[str, Any] = field(default_factory=dict)  # class attributes of the strategy for this method
     client_options: dict[str, Any] = field(default_factory=dict)    # class attributes of the client for this method
     heterogeneous: bool = False   # clients may train different models (``client-models``)
-    requires: dict[str, Any] = field(default_factory=dict)  # core keys it trains with (checked by its harness; a tuple: any of these values)
+    requires: dict[str, Any] = field(default_factory=dict)  # core keys it trains with (a tuple: any of them)
     secure_phase: str = ""     # the phase whose aggregate is a (weighted) sum: secagg = "secaggplus" sums it
     row_upload: bool = False   # one-user clients start each round from the global item table: item-upload = rows is lossless
 
