@@ -130,8 +130,9 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     B = len(samples)
     epochs = max(len(p) for p in perms) if perms else 0
     n = np.array([len(s["item"]) for s in samples], np.int64)
-    m = {k: torch.zeros_like(v) for k, v in params.items()}
-    v2 = {k: torch.zeros_like(v) for k, v in params.items()}
+    adam = sgd is None   # plain SGD keeps no moments
+    m = {k: torch.zeros_like(v) for k, v in params.items()} if adam else {}
+    v2 = {k: torch.zeros_like(v) for k, v in params.items()} if adam else {}
     steps = torch.zeros(B, dtype=torch.float64, device=dev)   # indexed by idx, which lives on dev
     cum_loss = np.zeros(B)
     cum_n = np.zeros(B)
@@ -148,10 +149,11 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
             per = F.binary_cross_entropy(prob, lab, reduction="none")
             loss = (per * mask).sum(1) / cnt
             (loss if penalty is None else loss + penalty(leaf, idx)).sum().backward()
-            steps[idx] += 1
-            t = steps[idx]
-            bc1 = (1 - b1 ** t)
-            bc2s = (1 - b2 ** t).sqrt()
+            if adam:
+                steps[idx] += 1
+                t = steps[idx]
+                bc1 = (1 - b1 ** t)
+                bc2s = (1 - b2 ** t).sqrt()
             with torch.no_grad():
                 for k in names:
                     p, g = leaf[k], leaf[k].grad
