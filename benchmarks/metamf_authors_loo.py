@@ -29,6 +29,15 @@ batch), and Adam is PyTorch's fused CPU kernel (the same update). ``--full-forwa
 (``--metamf-dir``: a checkout of https://github.com/TempSDU/MetaMF at bbfdf0b; ``--ufgraphfr-dir``: of
 https://github.com/trueWangSyutung/UFGraphFR at 853ca8a with its ``data/100k``; one thread, about
 10-25 minutes an epoch on this 2-core machine.)
+
+On a dataset whose UFGraphFR split the authors' repository does not ship (its ``data/`` holds only
+``100k``; its ``train.py`` reads ``data/lastfm-2k/ratings.dat`` and ``user.dat`` that it does not
+publish), ``--preset`` takes the split from a Corolla preset instead: the preset's federation as its
+clients see it (training positives, each user's validation and test item, the 99 + 99 negatives, the
+preset's seed), everything else unchanged. The Lastfm-2K row's authors' value::
+
+    python benchmarks/metamf_authors_loo.py --metamf-dir /path/to/MetaMF --preset metamf-ufgraphfr-lastfm2k \
+        --data-dir $COROLLA_DATA --epochs 3 --json docs/results/metamf-authors-ufgraphfr-lastfm2k.json
 """
 from __future__ import annotations
 
@@ -68,6 +77,31 @@ def uf_split(uf_dir: Path) -> dict[str, np.ndarray]:
             "n_users": n_users, "n_items": rating.itemId.nunique()}
 
 
+def preset_split(preset: str, data_dir: str | None, overrides: dict | None = None) -> dict[str, np.ndarray]:
+    """The split of a Corolla preset (its federation, built by Corolla's loader with the preset's
+    seed; ``overrides`` as ``--set``), in ``uf_split``'s form: one validation and one test item per
+    user, 99 + 99 negatives."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from corolla.config import resolve
+    from corolla.data import build_federation
+
+    fed = build_federation(resolve(preset, overrides), data_dir)
+    if fed.neg_valid is None or fed.neg_test is None:
+        raise SystemExit(f"--preset {preset}: not a leave-one-out preset (no validation/test negatives)")
+    held = {}
+    for s in ("valid", "test"):
+        n = np.diff(fed.indptr[s])
+        if not (n == 1).all():
+            raise SystemExit(f"--preset {preset}: {s} holds {sorted(set(n.tolist()))} items a user, expected 1")
+        held[s] = fed.indices[s].astype(np.int64)
+    n_tr = np.diff(fed.indptr["train"])
+    return {"train_u": np.repeat(np.arange(fed.n_users, dtype=np.int64), n_tr),
+            "train_i": fed.indices["train"].astype(np.int64),
+            "val_i": held["valid"], "test_i": held["test"],
+            "val_neg": np.asarray(fed.neg_valid, np.int64), "test_neg": np.asarray(fed.neg_test, np.int64),
+            "n_users": int(fed.n_users), "n_items": int(fed.n_items)}
+
+
 def uf_metrics(pos_score, neg_scores, k: int = 10) -> tuple[float, float]:
     """UFGraphFR's ``metrics.py``: rank = 1 + #(negatives scoring ≥ the positive); HR@k, NDCG@k."""
     pos = np.asarray(pos_score, np.float64)[:, None]
@@ -99,7 +133,11 @@ def fast_forward(self, user_id, item_id):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--metamf-dir", required=True, type=Path)
-    ap.add_argument("--ufgraphfr-dir", required=True, type=Path)
+    ap.add_argument("--ufgraphfr-dir", type=Path, help="UFGraphFR's checkout: its ML-100K split (data/100k)")
+    ap.add_argument("--preset", help="instead of --ufgraphfr-dir: a Corolla leave-one-out preset's split")
+    ap.add_argument("--data-dir", help="with --preset: the data directory (default: $COROLLA_DATA)")
+    ap.add_argument("--eval-users", type=int, default=0,
+                    help="score this many users' candidates at once (0 = all; the same scores, less memory)")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--neg", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
@@ -107,16 +145,21 @@ def main(argv=None) -> int:
     ap.add_argument("--max-batches", type=int, default=0, help="stop each epoch after this many batches (a smoke run; 0 = all)")
     ap.add_argument("--json", required=True, type=Path)
     args = ap.parse_args(argv)
-    for name, d, f in (("--metamf-dir", args.metamf_dir, "MetaMF.py"), ("--ufgraphfr-dir", args.ufgraphfr_dir, "data.py"),
-                       ("--ufgraphfr-dir", args.ufgraphfr_dir, "data/100k/ratings.dat")):
+    if (args.ufgraphfr_dir is None) == (args.preset is None):
+        ap.error("give one of --ufgraphfr-dir (UFGraphFR's ML-100K split) and --preset (a Corolla preset's split)")
+    need = [("--metamf-dir", args.metamf_dir, "MetaMF.py")]
+    if args.ufgraphfr_dir is not None:
+        need += [("--ufgraphfr-dir", args.ufgraphfr_dir, "data.py"), ("--ufgraphfr-dir", args.ufgraphfr_dir, "data/100k/ratings.dat")]
+    for name, d, f in need:
         if not (d / f).is_file():
             ap.error(f"{name} {d}: no {f} there (expected a checkout of the authors' repository)")
-    if args.epochs < 1 or args.neg < 1:
-        ap.error(f"--epochs {args.epochs}, --neg {args.neg}: each at least 1")
+    if args.epochs < 1 or args.neg < 1 or args.eval_users < 0:
+        ap.error(f"--epochs {args.epochs}, --neg {args.neg}, --eval-users {args.eval_users}: "
+                 "at least 1, 1 and 0")
     import torch
     from torch import nn
     torch.set_num_threads(args.threads)
-    d = uf_split(args.ufgraphfr_dir)
+    d = uf_split(args.ufgraphfr_dir) if args.preset is None else preset_split(args.preset, args.data_dir)
     sys.path.insert(0, str(args.metamf_dir))
     from MetaMF import MetaMF  # the authors' file, unchanged
     if not args.full_forward:
@@ -158,8 +201,10 @@ def main(argv=None) -> int:
         res = []
         for held, negs in ((d["val_i"], d["val_neg"]), (d["test_i"], d["test_neg"])):
             cand = np.c_[negs, held]                                                 # held-out item last
-            s = net(torch.as_tensor(np.repeat(np.arange(U), cand.shape[1])),
-                    torch.as_tensor(cand.reshape(-1))).view(U, -1).numpy()
+            step = args.eval_users or U
+            s = np.concatenate([net(torch.as_tensor(np.repeat(np.arange(a, min(a + step, U)), cand.shape[1])),
+                                    torch.as_tensor(cand[a:a + step].reshape(-1))).view(-1, cand.shape[1]).numpy()
+                                for a in range(0, U, step)])
             res.append(uf_metrics(s[:, -1], s[:, :-1]))
         net.train()
         return res
