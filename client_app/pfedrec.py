@@ -1,13 +1,13 @@
 """PFedRec client (Zhang et al., IJCAI'23 "Dual personalization on federated recommendation";
 Zhangcx19/IJCAI-23-PFedRec abc2380; docs/methods/ufgraphfr.md) on the one-user harness.
 
-Model (``corolla.models.pfedrec``): item table + a personal score function Linear(d, 1), no user
-embedding. Round t: the client keeps its own score function and takes the server's global item
+Model (``corolla.models.pfedrec``): item table + a personal score function Linear(d, 1) (with
+``pfedrec-score-layers``, ReLU layers before it: FedCA's NCF-backbone rows), no user embedding. Round t: the client keeps its own score function and takes the server's global item
 table (PF engine.py:99-111); it trains ``local-epochs`` epochs on its positives and
 ``num-negatives`` fresh negatives per positive, each mini-batch in two SGD steps: the score
 function (lr ``lr``), then the item table (lr ``lr · n_items · pfedrec-lr-eta``); it uploads
 ``item.weight`` and ``affine.bias`` (the code uploads the bias too, although no client ever loads
-the averaged bias) and evaluates with its own post-training model (PF engine.py:168-177), fused
+the averaged bias; the tower's layers, like the score weight, stay on the client) and evaluates with its own post-training model (PF engine.py:168-177), fused
 into the training reply.
 """
 
@@ -20,6 +20,7 @@ import numpy as np
 from client_app.base import PhaseResult
 from client_app.oneuser import (OneUserBase, evaluate_stacked, evaluated, round_samples, rows_mode, rows_scorer,
                                 rows_upload, without_table)
+from corolla.methods.pfedrec import parse_layers
 from corolla.models.pfedrec import pfedrec_init
 from corolla.models.stacked import stack, train_pfedrec_stacked, train_users
 
@@ -29,9 +30,11 @@ UPLOAD = ("item.weight", "affine.bias")
 class PFedRecClient(OneUserBase):
     def init_state(self) -> dict[str, np.ndarray]:
         if rows_mode(self.p):   # the score function only: every round starts from the global table
-            init = _shared_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
+            init = _shared_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"],
+                                parse_layers(self.p.pfedrec_score_layers))
             return {k: v.copy() for k, v in init.items() if k != "item.weight"}
-        return pfedrec_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
+        return pfedrec_init(self.fed.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"],
+                            parse_layers(self.p.pfedrec_score_layers))
 
     def phase_train(self, rnd, state, shared, personal) -> PhaseResult:
         return type(self).batch_train([self], rnd, [state], shared, [personal])[0]
@@ -65,26 +68,35 @@ class PFedRecClient(OneUserBase):
     def scores(self, state, shared, personal, local_users, items):
         if "item.weight" not in state:   # item-upload = rows: the global table it starts from
             state = {**state, "item.weight": shared["item.weight"]}
-        q = state["item.weight"] if items is None else state["item.weight"][np.asarray(items).reshape(-1)]
-        logit = q @ state["affine.weight"].reshape(-1) + state["affine.bias"][0]
+        x = state["item.weight"] if items is None else state["item.weight"][np.asarray(items).reshape(-1)]
+        j = 0
+        while f"tower.{j}.weight" in state:
+            x = np.maximum(x @ state[f"tower.{j}.weight"].T + state[f"tower.{j}.bias"], 0.0)
+            j += 1
+        logit = x @ state["affine.weight"].reshape(-1) + state["affine.bias"][0]
         return (1.0 / (1.0 + np.exp(-logit))).astype(np.float32).reshape(len(local_users), -1)
 
 
 @lru_cache(maxsize=2)
-def _shared_init(n_items: int, dim: int, std: float, seed: int) -> dict[str, np.ndarray]:
+def _shared_init(n_items: int, dim: int, std: float, seed: int, layers: tuple[int, ...]) -> dict[str, np.ndarray]:
     """:func:`pfedrec_init` once per node (its draws are the same for every client; the score
     function comes after the table in the generator, so the table is drawn anyway)."""
-    return pfedrec_init(n_items, dim, std, seed)
+    return pfedrec_init(n_items, dim, std, seed, layers)
 
 
 def pfedrec_scorer(params):
-    """Sigmoid scores of PFedRec's Linear(d, 1) on the item embedding (no user vector)."""
+    """Sigmoid scores of PFedRec's score function on the item embedding (no user vector): the
+    stacked trainer's own forward (``corolla.models.stacked``), its ReLU tower if any, then
+    Linear(·, 1)."""
     import torch
+
+    from corolla.models.stacked import pfedrec_probs
+
+    names = [k for k in params if k.startswith(("tower.", "affine."))]
 
     def score(idx, items):
         with torch.no_grad():
-            table, w, b = params["item.weight"][idx], params["affine.weight"][idx], params["affine.bias"][idx]
-            q = torch.gather(table, 1, items[..., None].expand(*items.shape, table.shape[2]))
-            return torch.sigmoid((q * w).sum(-1) + b).cpu().numpy().astype(np.float32)
+            return pfedrec_probs(params["item.weight"][idx], {k: params[k][idx] for k in names},
+                                 items).cpu().numpy().astype(np.float32)
 
     return score

@@ -11,8 +11,10 @@ class PFedRec(FCF):
     tables and score-function biases; clients load only the item table."""
 
     def setup(self) -> None:
+        from corolla.methods.pfedrec import parse_layers
         from corolla.models.pfedrec import pfedrec_init
 
         if not self.global_params:
-            init = pfedrec_init(self.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"])
+            init = pfedrec_init(self.n_items, self.cfg["dim"], self.cfg["init-std"], self.cfg["seed"],
+                                parse_layers(self.p.pfedrec_score_layers))
             self.global_params = {k: init[k] for k in ("item.weight", "affine.bias")}

@@ -75,7 +75,7 @@ REDUCE = {
     "gpfedrec-mlp-ml100k-943": "clients-per-round=16",
 }
 # Presets added after the golden file was first written (issues 38 and 39: the six baselines, the
-# centralised references, FedCA Table 1's FilmTrust and NCF rows, UFGraphFR's Lastfm-2K rows, FedLightGCN on
+# centralised references, FedCA Table 1's FilmTrust and NCF rows (PFedRec's with its NCF score function too), UFGraphFR's Lastfm-2K rows, FedLightGCN on
 # UFGraphFR's harness): their
 # lines were written when they were added, on the heaviest users only (a minute a preset in full on
 # 2 cores, Lastfm-2K's 12,454-item tables 2 minutes a round for 90 users: 20 of them; every code path is kept), the same reduction before and after.
@@ -91,7 +91,7 @@ ADDED = [f"central-{m}-{p}-ml100k" for m in ("mf", "ncf", "sgl") for p in ("fedc
     "metamf-ufgraphfr-lastfm2k", "fedpergnn-ufgraphfr-ml100k", "fedpergnn-ufgraphfr-lastfm2k"] + [
     f"central-{m}-ufgraphfr-lastfm2k" for m in ("mf", "ncf", "sgl")] + [
     "fedlightgcn-ufgraphfr-ml100k", "fedlightgcn-ufgraphfr-lastfm2k", "fedncf-sgd-ufgraphfr-ml100k",
-    "fedncf-sgd-ufgraphfr-lastfm2k"]
+    "fedncf-sgd-ufgraphfr-lastfm2k", "pfedrec-ncf-ml100k", "pfedrec-ncf-filmtrust"]
 
 
 def reduce_for(name: str, dataset: str) -> str:

@@ -300,11 +300,22 @@ def train_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], ba
     return cum_loss / max(cum_n, 1)
 
 
-def _pfedrec_bce(table, w, bias, items, labels, mask) -> torch.Tensor:
-    """Per-client mean BCE of PFedRec's score sigmoid(q_i · w + b) over the unmasked rows."""
+def pfedrec_probs(table, score: dict[str, torch.Tensor], items) -> torch.Tensor:
+    """PFedRec's scores sigmoid(f(q_i)) of a clients × L block of items; ``f`` is the score function
+    in ``score`` (stacked): ReLU layers ``tower.j`` (if any), then ``affine`` (x · w + b)."""
     a, n = items.shape
-    q = torch.gather(table, 1, items[..., None].expand(a, n, table.shape[2]))
-    prob = torch.sigmoid((q * w).sum(-1) + bias)
+    x = torch.gather(table, 1, items[..., None].expand(a, n, table.shape[2]))
+    j = 0
+    while f"tower.{j}.weight" in score:
+        w, b = score[f"tower.{j}.weight"], score[f"tower.{j}.bias"]
+        x = torch.relu(torch.baddbmm(b[:, None, :], x, w.transpose(1, 2)))
+        j += 1
+    return torch.sigmoid((x * score["affine.weight"]).sum(-1) + score["affine.bias"])
+
+
+def _pfedrec_bce(table, score: dict[str, torch.Tensor], items, labels, mask) -> torch.Tensor:
+    """Per-client mean BCE of :func:`pfedrec_probs` over the unmasked rows."""
+    prob = pfedrec_probs(table, score, items)
     return (F.binary_cross_entropy(prob, labels, reduction="none") * mask).sum(1) / mask.sum(1)
 
 
@@ -312,31 +323,30 @@ def train_pfedrec_stacked(params: dict[str, torch.Tensor], samples: list[dict[st
                           perms: list[list[np.ndarray]], batch_size: int, lr: float, lr_item: float
                           ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
     """PFedRec's local training (PF engine.py:41-64) for B clients at once: per mini-batch,
-    (1) an SGD step (``lr``) of the score function ``affine`` on the BCE, then (2) with the
-    updated score function, the BCE again and an SGD step (``lr_item``) of the item table.
-    Returns (params, mean step-1 loss per client)."""
+    (1) an SGD step (``lr``) of the score function (``affine`` and the ``tower`` layers before it,
+    if any) on the BCE, then (2) with the updated score function, the BCE again and an SGD step
+    (``lr_item``) of the item table. Returns (params, mean step-1 loss per client)."""
     dev = params["item.weight"].device
     B = len(samples)
     n = np.array([len(s["item"]) for s in samples], np.int64)
+    names = [k for k in params if k.startswith(("tower.", "affine."))]
     epochs = max(len(p) for p in perms) if perms else 0
     cum_loss, cum_n = np.zeros(B), np.zeros(B)
     for e in range(epochs):
         for act, idx, it, lab, mask in epoch_batches(samples, perms, e, n > 0, batch_size, dev):
             cnt = mask.sum(1)
             table = params["item.weight"][idx]
-            w = params["affine.weight"][idx].requires_grad_(True)             # a × 1 × d
-            bias = params["affine.bias"][idx].requires_grad_(True)            # a × 1
-            loss = _pfedrec_bce(table, w, bias, it, lab, mask)
+            score = {k: params[k][idx].requires_grad_(True) for k in names}
+            loss = _pfedrec_bce(table, score, it, lab, mask)
             loss.sum().backward()
             with torch.no_grad():
-                w2 = w - lr * w.grad
-                b2 = bias - lr * bias.grad
+                score2 = {k: v - lr * v.grad for k, v in score.items()}
             table = table.requires_grad_(True)
-            _pfedrec_bce(table, w2, b2, it, lab, mask).sum().backward()
+            _pfedrec_bce(table, score2, it, lab, mask).sum().backward()
             with torch.no_grad():
                 params["item.weight"][idx] = table - lr_item * table.grad
-                params["affine.weight"][idx] = w2
-                params["affine.bias"][idx] = b2
+                for k, v in score2.items():
+                    params[k][idx] = v
             cum_loss[act] += loss.detach().cpu().numpy().astype(np.float64) * cnt.cpu().numpy()
             cum_n[act] += cnt.cpu().numpy()
     return params, np.divide(cum_loss, np.maximum(cum_n, 1))
@@ -344,8 +354,9 @@ def train_pfedrec_stacked(params: dict[str, torch.Tensor], samples: list[dict[st
 
 def train_pfedrec_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], batch_size: int,
                       lr: float, lr_item: float) -> float:
-    """The reference path of :func:`train_pfedrec_stacked` with ``torch.optim.SGD``, as PF's engine."""
-    opt = torch.optim.SGD(model.affine.parameters(), lr=lr)
+    """The reference path of :func:`train_pfedrec_stacked` with ``torch.optim.SGD``, as PF's engine
+    (its first optimiser on the whole score function)."""
+    opt = torch.optim.SGD(model.score_parameters(), lr=lr)
     opt_i = torch.optim.SGD(model.item.parameters(), lr=lr_item)
     dev = next(model.parameters()).device
     items = torch.as_tensor(samples["item"], dtype=torch.long, device=dev)
