@@ -149,7 +149,8 @@ def main(argv=None) -> int:
         ap.error("give one of --ufgraphfr-dir (UFGraphFR's ML-100K split) and --preset (a Corolla preset's split)")
     need = [("--metamf-dir", args.metamf_dir, "MetaMF.py")]
     if args.ufgraphfr_dir is not None:
-        need += [("--ufgraphfr-dir", args.ufgraphfr_dir, "data.py"), ("--ufgraphfr-dir", args.ufgraphfr_dir, "data/100k/ratings.dat")]
+        need += [("--ufgraphfr-dir", args.ufgraphfr_dir, "data.py"),
+                 ("--ufgraphfr-dir", args.ufgraphfr_dir, "data/100k/ratings.dat")]
     for name, d, f in need:
         if not (d / f).is_file():
             ap.error(f"{name} {d}: no {f} there (expected a checkout of the authors' repository)")

@@ -2,13 +2,14 @@
 Zhangcx19/IJCAI-23-PFedRec abc2380; docs/methods/ufgraphfr.md) on the one-user harness.
 
 Model (``corolla.models.pfedrec``): item table + a personal score function Linear(d, 1) (with
-``pfedrec-score-layers``, ReLU layers before it: FedCA's NCF-backbone rows), no user embedding. Round t: the client keeps its own score function and takes the server's global item
-table (PF engine.py:99-111); it trains ``local-epochs`` epochs on its positives and
-``num-negatives`` fresh negatives per positive, each mini-batch in two SGD steps: the score
-function (lr ``lr``), then the item table (lr ``lr · n_items · pfedrec-lr-eta``); it uploads
-``item.weight`` and ``affine.bias`` (the code uploads the bias too, although no client ever loads
-the averaged bias; the tower's layers, like the score weight, stay on the client) and evaluates with its own post-training model (PF engine.py:168-177), fused
-into the training reply.
+``pfedrec-score-layers``, ReLU layers before it: FedCA's NCF-backbone rows), no user embedding.
+Round t: the client keeps its own score function and takes the server's global item table (PF
+engine.py:99-111); it trains ``local-epochs`` epochs on its positives and ``num-negatives`` fresh
+negatives per positive, each mini-batch in two SGD steps: the score function (lr ``lr``), then the
+item table (lr ``lr · n_items · pfedrec-lr-eta``); it uploads ``item.weight`` and ``affine.bias``
+(the code uploads the bias too, although no client ever loads the averaged bias; the tower's
+layers, like the score weight, stay on the client) and evaluates with its own post-training model
+(PF engine.py:168-177), fused into the training reply.
 """
 
 from __future__ import annotations

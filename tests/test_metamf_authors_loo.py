@@ -49,5 +49,6 @@ def test_exactly_one_split_source(tmp_path, capsys, extra):
 
 def test_a_missing_authors_checkout_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        ma.main(["--metamf-dir", str(tmp_path), "--preset", "metamf-ufgraphfr-ml100k", "--json", str(tmp_path / "o.json")])
+        ma.main(["--metamf-dir", str(tmp_path), "--preset", "metamf-ufgraphfr-ml100k",
+                 "--json", str(tmp_path / "o.json")])
     assert f"--metamf-dir {tmp_path}: no MetaMF.py there" in capsys.readouterr().err

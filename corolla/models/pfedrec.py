@@ -24,11 +24,6 @@ def tower_names(layers: tuple[int, ...]) -> list[str]:
     return [f"tower.{j}" for j in range(len(layers))]
 
 
-def score_names(layers: tuple[int, ...]) -> list[str]:
-    """Every parameter of the score function (what PF engine.py's first optimiser steps)."""
-    return [f"{t}.{p}" for t in tower_names(layers) for p in ("weight", "bias")] + ["affine.weight", "affine.bias"]
-
-
 class PFedRecModel(nn.Module):
     def __init__(self, n_items: int, dim: int, layers: tuple[int, ...] = ()):
         super().__init__()
