@@ -37,7 +37,7 @@ clients see it (training positives, each user's validation and test item, the 99
 preset's seed), everything else unchanged. The Lastfm-2K row's authors' value::
 
     python benchmarks/metamf_authors_loo.py --metamf-dir /path/to/MetaMF --preset metamf-ufgraphfr-lastfm2k \
-        --data-dir $COROLLA_DATA --epochs 3 --json docs/results/metamf-authors-ufgraphfr-lastfm2k.json
+        --data-dir $COROLLA_DATA --epochs 3 --eval-users 200 --json docs/results/metamf-authors-ufgraphfr-lastfm2k.json
 """
 from __future__ import annotations
 
