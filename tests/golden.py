@@ -75,8 +75,8 @@ REDUCE = {
     "gpfedrec-mlp-ml100k-943": "clients-per-round=16",
 }
 # Presets added after the golden file was first written (issues 38 and 39: the six baselines, the
-# centralised references, FedCA Table 1's FilmTrust and NCF rows (PFedRec's with its NCF score function too), UFGraphFR's Lastfm-2K rows, FedLightGCN on
-# UFGraphFR's harness): their
+# centralised references, FedCA Table 1's FilmTrust and NCF rows (PFedRec's with its NCF score function too),
+# UFGraphFR's Lastfm-2K rows, FedLightGCN on UFGraphFR's harness): their
 # lines were written when they were added, on the heaviest users only (a minute a preset in full on
 # 2 cores, Lastfm-2K's 12,454-item tables 2 minutes a round for 90 users: 20 of them; every code path is kept), the same reduction before and after.
 HEAVY_USERS = {"ml-100k": "min-user-interactions=300", "lastfm-2k-tagged": "min-user-interactions=300 max-users=20 local-epochs=1",
