@@ -283,7 +283,9 @@ def test_pfedrec_scores_with_a_tower_numpy_equal_torch():
         np.testing.assert_allclose(got[0], torch.sigmoid(m(torch.as_tensor(items[0]))).numpy(), rtol=1e-5)
 
 
-def test_pfedrec_default_init_is_unchanged_by_the_tower_option():
+def test_pfedrec_tower_is_drawn_after_the_table_and_score_layer():
+    """The tower's draws come last, so the table is the default's; that the default itself draws what
+    it drew before the option existed is the golden lines' check (tests/test_golden.py)."""
     from corolla.models.pfedrec import pfedrec_init
 
     a, b = pfedrec_init(20, 4, 1.0, 0), pfedrec_init(20, 4, 1.0, 0, (3,))
