@@ -17,13 +17,14 @@ from __future__ import annotations
 from functools import lru_cache, partial
 
 import numpy as np
+import torch
 
 from client_app.base import PhaseResult
 from client_app.oneuser import (OneUserBase, evaluate_stacked, evaluated, round_samples, rows_mode, rows_scorer,
                                 rows_upload, without_table)
 from corolla.methods.pfedrec import parse_layers
 from corolla.models.pfedrec import pfedrec_init
-from corolla.models.stacked import stack, train_pfedrec_stacked, train_users
+from corolla.models.stacked import pfedrec_probs, stack, train_pfedrec_stacked, train_users
 
 UPLOAD = ("item.weight", "affine.bias")
 
@@ -67,15 +68,14 @@ class PFedRecClient(OneUserBase):
                 for new, rows, loss, ev in zip(trained, samples, losses, evals)]
 
     def scores(self, state, shared, personal, local_users, items):
+        """The batched evaluation's forward (:func:`pfedrec_scorer`) on this one client's state."""
         if "item.weight" not in state:   # item-upload = rows: the global table it starts from
             state = {**state, "item.weight": shared["item.weight"]}
-        x = state["item.weight"] if items is None else state["item.weight"][np.asarray(items).reshape(-1)]
-        j = 0
-        while f"tower.{j}.weight" in state:
-            x = np.maximum(x @ state[f"tower.{j}.weight"].T + state[f"tower.{j}.bias"], 0.0)
-            j += 1
-        logit = x @ state["affine.weight"].reshape(-1) + state["affine.bias"][0]
-        return (1.0 / (1.0 + np.exp(-logit))).astype(np.float32).reshape(len(local_users), -1)
+        n_items = len(state["item.weight"])
+        it = np.asarray(items).reshape(1, -1) if items is not None else np.arange(n_items)[None]
+        params = stack([state], list(state), self.device)
+        return pfedrec_scorer(params)(torch.zeros(1, dtype=torch.long, device=self.device),
+                                      torch.as_tensor(it, device=self.device)).reshape(len(local_users), -1)
 
 
 @lru_cache(maxsize=2)
@@ -89,10 +89,6 @@ def pfedrec_scorer(params):
     """Sigmoid scores of PFedRec's score function on the item embedding (no user vector): the
     stacked trainer's own forward (``corolla.models.stacked``), its ReLU tower if any, then
     Linear(·, 1)."""
-    import torch
-
-    from corolla.models.stacked import pfedrec_probs
-
     names = [k for k in params if k.startswith(("tower.", "affine."))]
 
     def score(idx, items):

@@ -265,22 +265,28 @@ def test_pfedrec_ncf_backbone_keeps_its_tower_on_the_client(tmp_path, data_dir):
     assert s["metrics"] != lin["metrics"]   # the tower is in the score
 
 
-def test_pfedrec_scores_with_a_tower_numpy_equal_torch():
+def test_pfedrec_client_scores_with_a_tower_equal_the_reference_model():
+    """The per-client scoring path (``PFedRecClient.scores``, the stacked trainer's forward on one
+    client) equals the torch reference model, on candidates and on the whole table."""
+    from types import SimpleNamespace
+
     import torch
 
-    from client_app.pfedrec import PFedRecClient, pfedrec_scorer
+    from client_app.pfedrec import PFedRecClient
     from corolla.models.pfedrec import PFedRecModel, pfedrec_init
 
     st = pfedrec_init(12, 4, 1.0, 3, (3, 2))
+    client = SimpleNamespace(device="cpu")
     items = np.array([[0, 5, 7, 11]])
-    got = PFedRecClient.scores(None, st, {}, {}, [0], items)
-    params = {k: torch.as_tensor(v[None]) for k, v in st.items()}
-    want = pfedrec_scorer(params)(torch.tensor([0]), torch.as_tensor(items))
-    np.testing.assert_allclose(got, want, rtol=1e-5)
     m = PFedRecModel(12, 4, (3, 2))
     m.set_arrays(st)
     with torch.no_grad():
-        np.testing.assert_allclose(got[0], torch.sigmoid(m(torch.as_tensor(items[0]))).numpy(), rtol=1e-5)
+        want = torch.sigmoid(m(torch.arange(12))).numpy()
+    np.testing.assert_allclose(PFedRecClient.scores(client, st, {}, {}, [0], items)[0], want[items[0]], rtol=1e-5)
+    np.testing.assert_allclose(PFedRecClient.scores(client, st, {}, {}, [0], None)[0], want, rtol=1e-5)
+    rows = {k: v for k, v in st.items() if k != "item.weight"}   # item-upload = rows: the global table
+    np.testing.assert_allclose(PFedRecClient.scores(client, rows, {"item.weight": st["item.weight"]}, {}, [0],
+                                                    items)[0], want[items[0]], rtol=1e-5)
 
 
 def test_pfedrec_tower_is_drawn_after_the_table_and_score_layer():
