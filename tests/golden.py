@@ -128,7 +128,7 @@ def _round_floats(x):
 # metric lies in [0, 1]); everything else of the line stays exact (``docs/results.md``, "Float32
 # comparisons across CPU paths").
 # GF-CF's filter takes the first k rows of a full SVD's Vh in float32 (the sum R F over the filter's
-# 2,042-wide rows, many near-tied scores): on 2026-12-01 an AMD EPYC with AVX2 but no AVX-512 gave
+# 1,682-wide rows on ML-100K, many near-tied scores): on 2026-12-01 an AMD EPYC with AVX2 but no AVX-512 gave
 # gfcf-local-ml100k's metrics up to 2.62 users' worth from its line (paper-compatible MRR@10 +0.0057
 # over 459 users; every other metric within 1.6, bytes exact), so GF-CF lines get RANK_SWAPS_BY_MODEL.
 CPU_SENSITIVE_MODELS = ("ncf", "mlp", "lgcn", "lightgcn", "gfcf")
