@@ -152,6 +152,22 @@ def test_seeds_table_mean_and_sample_std_by_hand(tmp_path):
     assert p.returncode != 0 and "not completed" in p.stderr
 
 
+def test_golden_paths_counts_metric_differences_in_users_and_the_rest_as_inf():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from golden_paths import deviations
+
+    line = {"metrics": {"mrr@10": 0.25, "hr@10": 0.5}, "bytes_up": 5,
+            "metrics_paper_compat": {"metrics": {"mrr@10": 0.2}}, "rounds": [{"valid": {"hr@10": 0.1}}]}
+    got = {"metrics": {"mrr@10": 0.26, "hr@10": 0.5}, "bytes_up": 5,
+           "metrics_paper_compat": {"metrics": {"mrr@10": 0.23}}, "rounds": [{"valid": {"hr@10": 0.1}}]}
+    # 100 users: |0.26 - 0.25| = 1 user's worth, |0.23 - 0.2| = 3 users' worth; equal values are not listed
+    d = sorted(deviations(got, line, 100), reverse=True)
+    assert [p for _, p in d] == ["/metrics_paper_compat/metrics/mrr@10", "/metrics/mrr@10"]
+    assert [round(x, 9) for x, _ in d] == [3.0, 1.0]
+    assert max(deviations({**got, "bytes_up": 6}, line, 100)) == (float("inf"), "/bytes_up")
+    assert max(deviations({**got, "rounds": []}, line, 100)) == (float("inf"), "/rounds: length differs")
+
+
 def test_graph_noise_agreement_is_one_without_noise_and_chance_with_much(tmp_path):
     """Three well-separated groups of W_u: a tiny ε keeps the clean graph, a large one gives a graph
     no closer to it than chance (independent graphs with the same row densities)."""
