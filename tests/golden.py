@@ -131,6 +131,7 @@ def _round_floats(x):
 # 1,682-wide rows on ML-100K, many near-tied scores): on 2026-12-01 an AMD EPYC with AVX2 but no AVX-512 gave
 # gfcf-local-ml100k's metrics up to 2.62 users' worth from its line (paper-compatible MRR@10 +0.0057
 # over 459 users; every other metric within 1.6, bytes exact), so GF-CF lines get RANK_SWAPS_BY_MODEL.
+# On that machine OpenBLAS's four x86 kernel sets give 1.72-2.62 users' worth (benchmarks/golden_paths.py).
 CPU_SENSITIVE_MODELS = ("ncf", "mlp", "lgcn", "lightgcn", "gfcf")
 RANK_SWAPS = 2
 RANK_SWAPS_BY_MODEL = {"gfcf": 4}
