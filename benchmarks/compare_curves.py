@@ -3,7 +3,9 @@
 Our run: a run directory (``rounds.jsonl``; the paper-compatible ``compat`` metrics for test and
 ``valid_compat`` for validation). The reference: a JSON object whose ``rounds`` list holds
 ``{"round", "test_hr", "test_ndcg", "val_hr", "val_ndcg", "round_s"}`` (what
-``benchmarks/fedca_authors.md`` has the authors' FedCA code write).
+``benchmarks/fedca_authors.md`` has the authors' FedCA code write; a log whose rounds carry
+``client_server_s`` and no ``round_s`` -- the FedCA patch without its ``engine.py`` timing part --
+has that time taken as the round's).
 
 Prints, for both, the FedCA code's reported number (the round with the best test HR, ``>=``:
 later rounds win ties), the validation-selected test numbers (best valid HR, first round wins;
@@ -39,13 +41,15 @@ def ours(run_dir: Path) -> dict[int, dict[str, float]]:
 
 
 CURVE_KEYS = ("test_hr", "test_ndcg", "val_hr", "val_ndcg", "round_s")
+ROUND_TIME_ALIAS = "client_server_s"   # the FedCA patch's round time where round_s is not written
 
 
 def reference(path: Path, keys: tuple[str, ...] = CURVE_KEYS) -> dict[int, dict[str, float]]:
     """``{round: {key: value}}`` from a reference run's JSON log; a clear error names what is missing."""
     try:
         data = json.loads(path.read_text())
-        return {int(r["round"]): {k: float(r[k]) for k in keys} for r in data["rounds"]}
+        return {int(r["round"]): {k: float(r[ROUND_TIME_ALIAS if k == "round_s" and k not in r and ROUND_TIME_ALIAS in r
+                                          else k]) for k in keys} for r in data["rounds"]}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"{path}: expected a JSON object with a 'rounds' list of objects with "
                          f"'round' and {', '.join(keys)} ({e!r})") from None

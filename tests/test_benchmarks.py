@@ -134,6 +134,21 @@ def test_authors_log_converter_and_valid_last_selection(tmp_path):
     assert sel["valid_selected"]["round"] == 1 and sel["valid_selected_last"]["round"] == 2   # ties
 
 
+def test_compare_curves_takes_client_server_s_as_the_round_time_only_without_round_s(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from compare_curves import reference
+
+    row = {"round": 1, "test_hr": 0.1, "test_ndcg": 0.05, "val_hr": 0.2, "val_ndcg": 0.1}
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"rounds": [dict(row, client_server_s=42.0)]}))
+    assert reference(ref)[1]["round_s"] == 42.0
+    ref.write_text(json.dumps({"rounds": [dict(row, client_server_s=42.0, round_s=50.0)]}))
+    assert reference(ref)[1]["round_s"] == 50.0
+    ref.write_text(json.dumps({"rounds": [row]}))
+    with pytest.raises(SystemExit, match="round_s"):
+        reference(ref)
+
+
 def test_seeds_table_mean_and_sample_std_by_hand(tmp_path):
     for seed, (hr, rounds) in enumerate([(0.70, 10), (0.72, 12), (0.74, 20)]):
         (tmp_path / f"m+seed={seed}.json").write_text(json.dumps({
