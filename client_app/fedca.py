@@ -37,5 +37,5 @@ class FedCAClient(OneUserClient):
 
 def descriptor(prm, item_table: np.ndarray, sample_items: np.ndarray, train_items: np.ndarray) -> np.ndarray:
     if prm.fedca_subspace == "pca":
-        return composite.principal_basis(item_table[sample_items], prm.fedca_k)
+        return composite.principal_basis(item_table[sample_items], prm.fedca_k, prm.fedca_pca_sign)
     return composite.left_basis(item_table[train_items], prm.fedca_k)

@@ -49,14 +49,37 @@ def shift_rows(w: np.ndarray, tol: float = 1e-20) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ similarity
-def pca1_projection(q: np.ndarray) -> np.ndarray:
-    """The 1-D PCA projection of the rows of ``q`` (M × d) -> (M,), sign as sklearn ≤ 1.0's
-    ``svd_flip(u_based_decision=True)``: the entry of largest magnitude is positive."""
+def _v_signs(vt: np.ndarray) -> np.ndarray:
+    """sklearn ≥ 1.5's ``svd_flip(u_based_decision=False)``: each row of ``vt`` signed so that its entry
+    of largest magnitude (the first, on ties) is positive."""
+    s = np.sign(vt[np.arange(len(vt)), np.argmax(np.abs(vt), axis=1)])
+    s[s == 0] = 1.0
+    return vt * s[:, None]
+
+
+def _check_sign(sign: str) -> None:
+    if sign not in PCA_SIGNS:
+        raise ValueError(f"PCA sign convention: expected one of {PCA_SIGNS}, got {sign!r}")
+
+
+# sklearn's PCA signs its components by U (the projections) up to 1.4 and by Vᵀ (the components)
+# from 1.5 on; the FedCA code calls sklearn's PCA, so which one a run gets depends on the installed sklearn
+PCA_SIGNS = ("u", "v")
+
+
+def pca1_projection(q: np.ndarray, sign: str = "u") -> np.ndarray:
+    """The 1-D PCA projection of the rows of ``q`` (M × d) -> (M,). ``sign="u"``: as sklearn ≤ 1.4's
+    ``svd_flip(u_based_decision=True)``, the projection's entry of largest magnitude is positive;
+    ``"v"``: as sklearn ≥ 1.5's ``u_based_decision=False``, the component's is."""
+    _check_sign(sign)
     x = np.asarray(q, np.float64)
     x = x - x.mean(axis=0)
     # the top right singular vector from the d × d scatter matrix (d is small)
     _, vecs = np.linalg.eigh(x.T @ x)
-    z = x @ vecs[:, -1]
+    v = vecs[:, -1]
+    if sign == "v":
+        return x @ _v_signs(v[None, :])[0]
+    z = x @ v
     i = int(np.argmax(np.abs(z)))
     return z if z[i] >= 0 else -z
 
@@ -82,9 +105,11 @@ def similarity_frobenius(qs: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ complementarity
-def principal_basis(rows: np.ndarray, k: int) -> np.ndarray:
+def principal_basis(rows: np.ndarray, k: int, sign: str = "u") -> np.ndarray:
     """The code's X_u: ``PCA(n_components=k).fit(rows).components_`` (k × d), the right singular
-    vectors of the mean-centred rows, signs as sklearn ≤ 1.0 (u-based ``svd_flip``)."""
+    vectors of the mean-centred rows, signs as sklearn ≤ 1.4 (``"u"``: u-based ``svd_flip``) or
+    ≥ 1.5 (``"v"``: each component's largest-magnitude entry positive)."""
+    _check_sign(sign)
     x = np.asarray(rows, np.float64)
     if x.ndim != 2 or x.shape[0] < k or x.shape[1] < k:
         raise ValueError(f"principal_basis: expected at least k={k} rows and columns, got shape {x.shape}")
@@ -93,6 +118,8 @@ def principal_basis(rows: np.ndarray, k: int) -> np.ndarray:
     # u-based sign needs only the argmax of |column| of U ∝ X v_j
     _, vecs = np.linalg.eigh(x.T @ x)
     vt = vecs[:, ::-1][:, :k].T
+    if sign == "v":
+        return _v_signs(vt)
     proj = x @ vt.T
     signs = np.sign(proj[np.argmax(np.abs(proj), axis=0), np.arange(k)])
     signs[signs == 0] = 1.0

@@ -106,7 +106,7 @@ class FedCA(CorollaStrategy):
         n = np.array([float(uploads[c].metrics["num-examples"]) for c in group])
         p = n / n.sum() if n.sum() > 0 else np.full(len(group), 1.0 / len(group))
         if prm.fedca_similarity == "pca1":
-            z = np.stack([composite.pca1_projection(q) for q in tables["item.weight"]])
+            z = np.stack([composite.pca1_projection(q, prm.fedca_pca_sign) for q in tables["item.weight"]])
             sigma = composite.similarity_pca1(z)
         else:
             sigma = composite.similarity_frobenius(tables["item.weight"])

@@ -62,6 +62,32 @@ def test_pca1_and_principal_basis_match_sklearn_up_to_sign():
     np.testing.assert_allclose(x @ x.T, np.eye(4), atol=1e-12)
 
 
+
+def test_pca_sign_v_is_sklearn_1_5_and_later_and_u_flips_by_the_projection():
+    import sklearn
+    from sklearn.decomposition import PCA
+
+    g = np.random.default_rng(5)
+    q = g.normal(size=(300, 16)) * np.linspace(3, 0.5, 16)
+    rows = g.normal(size=(60, 16)) * np.linspace(3, 0.5, 16)
+    zu, zv = C.pca1_projection(q, "u"), C.pca1_projection(q, "v")
+    xu, xv = C.principal_basis(rows, 4, "u"), C.principal_basis(rows, 4, "v")
+    if tuple(int(s) for s in sklearn.__version__.split(".")[:2]) >= (1, 5):   # the installed sklearn is v-based
+        np.testing.assert_allclose(zv, PCA(1, svd_solver="full").fit_transform(q)[:, 0], atol=1e-9)
+        np.testing.assert_allclose(zv, PCA(1, svd_solver="randomized", random_state=42).fit_transform(q)[:, 0], atol=1e-4)   # randomized: approximate
+        np.testing.assert_allclose(xv, PCA(4, svd_solver="full").fit(rows).components_, atol=1e-9)
+    # by hand: "u" makes the largest |projection| positive, "v" the largest |component entry|
+    assert zu[np.argmax(np.abs(zu))] > 0 and np.allclose(np.abs(zu), np.abs(zv))
+    for a, b in zip(xu, xv):
+        assert b[np.argmax(np.abs(b))] > 0 and (np.allclose(a, b) or np.allclose(a, -b))
+        proj = (rows - rows.mean(0)) @ a
+        assert proj[np.argmax(np.abs(proj))] > 0
+    # a table whose two conventions disagree: the projections' largest entry points against the component's
+    x = np.array([[3.0, 0.0], [-1.0, 0.0], [-1.0, 0.0], [-1.0, 0.1]])
+    assert np.allclose(C.pca1_projection(-x, "v"), -C.pca1_projection(-x, "u"))
+    with pytest.raises(ValueError, match="sign convention"):
+        C.pca1_projection(q, "w")
+
 def test_similarity_pca1_by_hand():
     z = np.array([[0.0, 0.0], [3.0, 4.0], [0.0, 0.05]])
     s = C.similarity_pca1(z)

@@ -12,6 +12,7 @@ KEYS = {
     "fedca-rho": Key(0.9, "FedCA: interpolation ρ: Q_u <- ρ·Q_u + (1-ρ)·Q_g[u] for the aggregated clients"),
     "fedca-k": Key(4, "FedCA: principal directions k of the complementarity descriptor X_u"),
     "fedca-similarity": Key("pca1", "FedCA σ: the code's 1/(1+‖z_u−z_v‖) on 1-D PCA projections, clamped to 1 above 0.9 ('pca1'), or the paper's 1/(1+‖Q_u−Q_v‖²_F) ('frobenius')", ("pca1", "frobenius")),
+    "fedca-pca-sign": Key("u", "FedCA: the sign convention of the code's PCA (σ's 1-D projections and the PCA descriptor X_u): sklearn ≤ 1.4's, the projection's largest-magnitude entry positive ('u'), or sklearn ≥ 1.5's, the component's ('v'); the code calls sklearn's PCA, so it gets whichever its sklearn has", ("u", "v")),
     "fedca-subspace": Key("pca", "FedCA X_u: the code's PCA basis of the item rows of the round's samples (k×d, 'pca') or the paper's first k left singular vectors of the interacted items' rows ('left')", ("pca", "left")),
     "fedca-matching": Key("greedy", "FedCA principal angles: the code's greedy signed matching or the paper's l-th to l-th ('ordered')", ("greedy", "ordered")),
     "fedca-weights": Key("code", "FedCA weight QP: the code's coefficients (min xᵀx − 2(p + αc + βσ)ᵀx) or the paper's Eq. 4 ('paper')", ("code", "paper")),
