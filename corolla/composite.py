@@ -49,6 +49,11 @@ def shift_rows(w: np.ndarray, tol: float = 1e-20) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ similarity
+# sklearn's PCA signs its components by U (the projections) up to 1.4 and by Vᵀ (the components)
+# from 1.5 on; the FedCA code calls sklearn's PCA, so which one a run gets depends on the installed sklearn
+PCA_SIGNS = ("u", "v")
+
+
 def _v_signs(vt: np.ndarray) -> np.ndarray:
     """sklearn ≥ 1.5's ``svd_flip(u_based_decision=False)``: each row of ``vt`` signed so that its entry
     of largest magnitude (the first, on ties) is positive."""
@@ -60,11 +65,6 @@ def _v_signs(vt: np.ndarray) -> np.ndarray:
 def _check_sign(sign: str) -> None:
     if sign not in PCA_SIGNS:
         raise ValueError(f"PCA sign convention: expected one of {PCA_SIGNS}, got {sign!r}")
-
-
-# sklearn's PCA signs its components by U (the projections) up to 1.4 and by Vᵀ (the components)
-# from 1.5 on; the FedCA code calls sklearn's PCA, so which one a run gets depends on the installed sklearn
-PCA_SIGNS = ("u", "v")
 
 
 def pca1_projection(q: np.ndarray, sign: str = "u") -> np.ndarray:
