@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -429,3 +430,45 @@ def test_cuda_check_on_the_cpu_reproduces_a_golden_line_and_leaves_the_golden_mo
     assert got["excluded"] == 0 and got["bytes_equal"] and got["metrics_equal"] and got["max_rel_metric_diff"] == 0.0, got
     assert _max_rel({"a": {"x": 1.1}}, {"a": {"x": 1.0}}) == pytest.approx(0.1)
     assert _max_rel({"a": None}, {"a": 0.5}) == float("inf")
+
+
+def test_fedca_init_maps_the_codes_item_order_to_corollas_by_raw_id():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fedca_init
+
+    # user 1 has 10 ratings > 0, user 2 only 9 (dropped), user 3 a zero rating that does not count
+    users = np.array([1] * 10 + [2] * 9 + [3] * 11)
+    items = np.array([50, 40, 50, 30, 60, 41, 42, 43, 44, 45] + [99] * 9 + [70, 40] + list(range(80, 89)))
+    ratings = np.array([1.0] * 19 + [0.0] + [2.0] * 10)
+    order = fedca_init.code_item_order(users, items, ratings)
+    # first appearances among the kept ratings: user 1's, then user 3's (its rating-0 item 70 dropped)
+    assert order.tolist() == [50, 40, 30, 60, 41, 42, 43, 44, 45] + list(range(80, 89))
+    corolla_ids = np.sort(order)                      # Corolla: kept raw ids ascending
+    perm = fedca_init.permutation(order, corolla_ids)
+    assert (corolla_ids[perm] == order).all()
+    table = np.arange(len(order))[:, None] * np.ones((1, 2))   # code row j holds j
+    ours = np.empty_like(table)
+    ours[perm] = table
+    assert ours[np.searchsorted(corolla_ids, 30)][0] == 2     # raw 30 is the code's item 2
+    with pytest.raises(SystemExit, match="differ"):
+        fedca_init.permutation(order, np.sort(np.r_[order[:-1], 999]))
+
+
+def test_fedca_init_groups_from_both_dump_formats(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fedca_init
+
+    ours = tmp_path / "ranks.jsonl"
+    ours.write_text("\n".join(json.dumps(d) for d in [
+        {"users": [0, 1, 2], "test_item": [7, 7, 5], "hit": [0.0, 1.0, 0.0]},   # round 1, training replies
+        {"users": [0], "test_item": [7], "hit": [1.0]},                           # its aggregated client amends it
+        {"users": [0, 1, 2], "test_item": [7, 7, 5], "hit": [0.0, 0.0, 1.0]}]) + "\n")
+    res = fedca_init.rounds_from_dump(ours)
+    assert sorted(res) == [1, 2]
+    assert fedca_init.group_split(res[1]) == (7, 2, 1.0, 0.0, pytest.approx(2 / 3))
+    assert fedca_init.group_split(res[2]) == (7, 2, 0.0, 1.0, pytest.approx(1 / 3))
+    theirs = tmp_path / "dump"
+    theirs.mkdir()
+    (theirs / "ranks-r10.json").write_text(json.dumps({"round": 10, "test_item": [3, 3, 3, 4], "hits": {"1": 2, "3": 9}}))
+    res = fedca_init.rounds_from_dump(theirs)
+    assert fedca_init.group_split(res[10]) == (3, 3, pytest.approx(1 / 3), 1.0, 0.5)
