@@ -84,11 +84,19 @@ def _load_init(path: str, n_items: int, dim: int) -> tuple[np.ndarray, np.ndarra
     return item, user
 
 
+def _check_shared(cfg) -> None:
+    """The initial model is one item table and one user vector only on the one-user harness with a shared user vector."""
+    if cfg.get("harness") != "one-user" or cfg.get("user-init") != "shared":
+        raise SystemExit(f"--preset: expected a one-user-harness preset with user-init = shared, got "
+                         f"harness={cfg.get('harness')!r}, user-init={cfg.get('user-init')!r}")
+
+
 def export(args) -> int:
     from corolla.config import resolve
     from corolla.models.factory import one_user_init, shared_init
 
     cfg = resolve(args.preset, {"seed": args.seed})
+    _check_shared(cfg)
     perm, n_items = _interactions(cfg, args.data_dir)
     item = shared_init(cfg, n_items)["item.weight"]
     np.savez(args.out, item=item[perm].astype(np.float32), user=one_user_init(cfg, 0).astype(np.float32))
@@ -177,9 +185,7 @@ def run(args) -> int:
     if "--preset" not in rest:
         raise SystemExit("after --: expected corolla run arguments with --preset P")
     cfg = resolve(rest[rest.index("--preset") + 1])
-    if cfg.get("harness") != "one-user" or cfg.get("user-init") != "shared":
-        raise SystemExit(f"--preset: expected a one-user-harness preset with user-init = shared, got "
-                         f"harness={cfg.get('harness')!r}, user-init={cfg.get('user-init')!r}")
+    _check_shared(cfg)
     if "--mode" not in rest or rest[rest.index("--mode") + 1:rest.index("--mode") + 2] != ["inproc"]:
         raise SystemExit("after --: expected --mode inproc (the clients must run in this process)")
     if args.init:
