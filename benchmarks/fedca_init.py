@@ -199,6 +199,8 @@ def run(args) -> int:
 
         pmf.OneUserClient.init_state = init_state   # every one-user client of this process (in-process runs)
     if args.dump_ranks:
+        if "--nodes" not in rest or rest[rest.index("--nodes") + 1:rest.index("--nodes") + 2] != ["1"]:
+            raise SystemExit("--dump-ranks: expected --nodes 1 after -- (a round's evaluation is then one batch of every user)")
         dump_ranks(args.dump_ranks)
     return corolla_main(["run", *rest])
 
