@@ -472,3 +472,25 @@ def test_fedca_init_groups_from_both_dump_formats(tmp_path):
     (theirs / "ranks-r10.json").write_text(json.dumps({"round": 10, "test_item": [3, 3, 3, 4], "hits": {"1": 2, "3": 9}}))
     res = fedca_init.rounds_from_dump(theirs)
     assert fedca_init.group_split(res[10]) == (3, 3, pytest.approx(1 / 3), 1.0, 0.5)
+
+
+def test_fedatt_attention_stats_are_the_weights_fedatt_applies():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fedatt_attention
+    from corolla import composite
+
+    server = np.zeros((3, 2))
+    clients = np.stack([np.full((3, 2), v) for v in (0.5, 1.0, 3.0)])   # distances sqrt(6)·(0.5, 1, 3)
+    st = fedatt_attention.attention_stats(server, clients)
+    s = np.sqrt(6) * np.array([0.5, 1.0, 3.0])
+    att = np.exp(s) / np.exp(s).sum()                                   # by hand: softmax of the raw distances
+    assert st["argmax"] == 2 and st["max_att"] == pytest.approx(att[2])
+    assert st["effective_clients"] == pytest.approx(1 / np.sum(att ** 2))
+    assert st["dist_gap_top2"] == pytest.approx(s[2] - s[1]) and st["dist_median"] == pytest.approx(s[1])
+    # with ε = 1 and no noise FedAtt's new tensor is the attention-weighted mean of the uploads
+    new = composite.fedatt(server, clients, 1.0, 2, 0.0)
+    assert np.allclose(new, np.tensordot(att, clients, axes=1), atol=1e-6)
+    one = fedatt_attention.attention_stats(server, clients[:1])
+    assert one["max_att"] == 1.0 and one["effective_clients"] == 1.0 and one["dist_gap_top2"] == 0.0
+    with pytest.raises(SystemExit, match="FedAtt preset"):
+        fedatt_attention.main(["--out", "x.json", "--", "--preset", "fedavg-pmf-filmtrust", "--mode", "inproc"])
