@@ -3,7 +3,8 @@ aggregated parameter tensor of every round, the attention weights' largest value
 number of clients (1 / Σ att²), the client that got the largest weight and the gap between the
 two largest distances.
 
-FedAtt (Ji et al. 2019; ``corolla.composite.fedatt``) weights client c by softmax_c(‖w_server − w_c‖);
+FedAtt (Ji et al. 2019; ``corolla.composite.fedatt``) weights client c by softmax_c(‖w_server − w_c‖)
+(``fedatt-weights = softmax``, the default; ``distance`` weights are proportional to the distances);
 the softmax is taken over raw distances, so when the distances of the clients differ by more than a
 few units the weights put (nearly) all mass on the farthest client and, with ε = 1, the new global
 tensor is that one client's upload. This instrument measures whether that happens on a preset.
@@ -32,13 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def attention_stats(server: np.ndarray, clients: np.ndarray, ord_: float = 2) -> dict:
+def attention_stats(server: np.ndarray, clients: np.ndarray, ord_: float = 2, weights: str = "softmax") -> dict:
     """The attention FedAtt gives ``clients`` (one upload per row of the first axis) around
-    ``server``: the same distances and softmax as ``corolla.composite.fedatt``."""
+    ``server``: the same distances and weights (``fedatt-weights``) as ``corolla.composite.fedatt``."""
+    from corolla.composite import fedatt_weights
+
     diff = np.asarray(server, np.float64)[None] - np.asarray(clients, np.float64)
     s = np.array([np.linalg.norm(d.reshape(-1), ord=ord_) for d in diff])
-    att = np.exp(s - s.max())
-    att /= att.sum()
+    att = fedatt_weights(s, weights)
     top2 = np.sort(s)[-2:] if len(s) > 1 else np.array([s[0], s[0]])
     return {"clients": int(len(s)), "max_att": float(att.max()), "effective_clients": float(1.0 / np.sum(att ** 2)),
             "argmax": int(att.argmax()), "dist_min": float(s.min()), "dist_median": float(np.median(s)),
@@ -53,9 +55,10 @@ def instrument(records: list[dict]) -> None:
     original = composite.fedatt
     current = {"round": 0, "key": None}
 
-    def recording(server, clients, epsilon, ord_=2, dp=0.0, g=None):
-        records.append({"round": current["round"], "epsilon": float(epsilon), **attention_stats(server, clients, ord_)})
-        return original(server, clients, epsilon, ord_, dp, g)
+    def recording(server, clients, epsilon, ord_=2, dp=0.0, g=None, weights="softmax"):
+        records.append({"round": current["round"], "epsilon": float(epsilon), "weights": weights,
+                        **attention_stats(server, clients, ord_, weights)})
+        return original(server, clients, epsilon, ord_, dp, g, weights)
 
     aggregate = fedatt_strategy.FedAtt.aggregate_phase
 

@@ -230,16 +230,28 @@ def personalised(w: np.ndarray, tables: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ FedAtt
+def fedatt_weights(s: np.ndarray, weights: str = "softmax") -> np.ndarray:
+    """FedAtt's client weights from the distances ``s``: ``softmax`` (fed-att ``aggregate_att``) or
+    ``distance``, proportional to them (FedCA paper §4's p_u; equal weights when every distance is 0)."""
+    s = np.asarray(s, np.float64)
+    if weights == "softmax":
+        att = np.exp(s - s.max())
+    elif weights == "distance":
+        att = s.copy() if s.sum() > 0 else np.ones_like(s)
+    else:
+        raise ValueError(f"fedatt-weights: expected 'softmax' or 'distance', got {weights!r}")
+    return att / att.sum()
+
+
 def fedatt(server: np.ndarray, clients: np.ndarray, epsilon: float, ord_: float = 2,
-           dp: float = 0.0, g: np.random.Generator | None = None) -> np.ndarray:
+           dp: float = 0.0, g: np.random.Generator | None = None, weights: str = "softmax") -> np.ndarray:
     """FedAtt for one parameter tensor (fed-att ``aggregate_att``): attention
-    att_c = softmax_c(‖w_server − w_c‖_ord) and w_new = w_server − ε Σ_c att_c (w_server − w_c)
-    + dp · N(0, I)."""
+    att_c = softmax_c(‖w_server − w_c‖_ord) (``weights = "distance"``: att_c ∝ ‖w_server − w_c‖_ord)
+    and w_new = w_server − ε Σ_c att_c (w_server − w_c) + dp · N(0, I)."""
     server = np.asarray(server, np.float64)
     diff = server[None] - np.asarray(clients, np.float64)
     s = np.array([np.linalg.norm(d.reshape(-1), ord=ord_) for d in diff])
-    att = np.exp(s - s.max())
-    att /= att.sum()
+    att = fedatt_weights(s, weights)
     out = server - epsilon * np.tensordot(att, diff, axes=1)
     if dp > 0:
         out = out + dp * (g or np.random.default_rng()).standard_normal(out.shape)

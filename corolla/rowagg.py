@@ -62,12 +62,14 @@ def median_rows(copies: np.ndarray) -> np.ndarray:
 
 
 def fedatt_row(prev: np.ndarray, copies: np.ndarray, epsilon: float, ord_: float, dp: float,
-               g: np.random.Generator | None) -> np.ndarray:
-    """FedAtt (fed-att src/agg/aggregate.py) on one row: larger distance → larger attention."""
+               g: np.random.Generator | None, weights: str = "softmax") -> np.ndarray:
+    """FedAtt (fed-att src/agg/aggregate.py) on one row: larger distance → larger attention
+    (``weights``: as ``corolla.composite.fedatt_weights``)."""
+    from corolla.composite import fedatt_weights
+
     diff = prev[None, :] - copies
     s = np.linalg.norm(diff, ord=ord_, axis=1)
-    att = np.exp(s - s.max())
-    att /= att.sum()
+    att = fedatt_weights(s, weights)
     out = prev - epsilon * (att[:, None] * diff).sum(0)
     if dp > 0 and g is not None:
         out = out + g.normal(0.0, dp, prev.shape)
@@ -102,7 +104,7 @@ def aggregate_rows(rule: str, prev: np.ndarray, rows: dict[int, list[tuple[int, 
                    weights: dict[int, float] | None = None, anchors: dict[int, int] | None = None,
                    a_r: float = 0.0, mode: str = "B", p: float = 2.0, eps: float = 1e-8,
                    fedatt: tuple[float, float, float] = (1.0, 2.0, 0.001),
-                   g: np.random.Generator | None = None) -> np.ndarray:
+                   g: np.random.Generator | None = None, fedatt_weights: str = "softmax") -> np.ndarray:
     """The new table: each row in ``rows`` ({row: [(client, copy), ...]}, clients in id order)
     aggregated by ``rule`` (``distfedavg``, ``fedavg``, ``simpleavg``, ``fedmedian``,
     ``fedatt``); every other row keeps ``prev``."""
@@ -120,7 +122,7 @@ def aggregate_rows(rule: str, prev: np.ndarray, rows: dict[int, list[tuple[int, 
         elif rule == "fedmedian":
             out[r] = median_rows(copies)
         elif rule == "fedatt":
-            out[r] = fedatt_row(np.asarray(prev[r], np.float64), copies, *fedatt, g)
+            out[r] = fedatt_row(np.asarray(prev[r], np.float64), copies, *fedatt, g, fedatt_weights)
         else:
             raise ValueError(f"aggregation rule: expected distfedavg, fedavg, simpleavg, fedmedian or fedatt, got {rule!r}")
     return out.astype(np.float32)

@@ -152,7 +152,7 @@ class RowAggregation(CorollaStrategy):
         extra = {}
         if "fedatt" in (self.user_rule, self.item_rule):   # FedAtt's keys: its own declaration's, or named by Dist-FedAvg's
             extra = {"fedatt": (prm.fedatt_epsilon, float(prm.fedatt_ord), prm.fedatt_dp),
-                     "g": rng(cfg["seed"], "fedatt-dp", rnd)}
+                     "g": rng(cfg["seed"], "fedatt-dp", rnd), "fedatt_weights": prm.fedatt_weights}
         self.users = rowagg.aggregate_rows(self.user_rule, self.users, user_rows, n_c, anchors, a_r,
                                            prm.distance_mode, prm.minkowski_p, prm.distance_eps, **extra)
         self.items = rowagg.aggregate_rows(self.item_rule, self.items, item_rows, n_c, anchors, a_r,

@@ -490,6 +490,8 @@ def test_fedatt_attention_stats_are_the_weights_fedatt_applies():
     # with ε = 1 and no noise FedAtt's new tensor is the attention-weighted mean of the uploads
     new = composite.fedatt(server, clients, 1.0, 2, 0.0)
     assert np.allclose(new, np.tensordot(att, clients, axes=1), atol=1e-6)
+    lin = fedatt_attention.attention_stats(server, clients, weights="distance")
+    assert lin["max_att"] == pytest.approx(3 / 4.5) and lin["effective_clients"] == pytest.approx(1 / np.sum((s / s.sum()) ** 2))
     one = fedatt_attention.attention_stats(server, clients[:1])
     assert one["max_att"] == 1.0 and one["effective_clients"] == 1.0 and one["dist_gap_top2"] == 0.0
     with pytest.raises(SystemExit, match="FedAtt preset"):

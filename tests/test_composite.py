@@ -139,3 +139,9 @@ def test_fedatt_by_hand():
     att = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum()
     out = C.fedatt(server, clients, epsilon=1.0)
     np.testing.assert_allclose(out, att[0] * clients[0] + att[1] * clients[1], rtol=1e-6)
+    # fedatt-weights = distance (FedCA paper §4's p_u): weights proportional to the distances 1 and 2
+    out = C.fedatt(server, clients, epsilon=1.0, weights="distance")
+    np.testing.assert_allclose(out, (1 * clients[0] + 2 * clients[1]) / 3, rtol=1e-6)
+    np.testing.assert_allclose(C.fedatt_weights(np.zeros(3), "distance"), np.full(3, 1 / 3))   # all at the server
+    with pytest.raises(ValueError, match="fedatt-weights"):
+        C.fedatt(server, clients, epsilon=1.0, weights="linear")

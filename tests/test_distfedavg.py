@@ -41,6 +41,8 @@ def test_baseline_rules_by_hand():
     copies = np.array([[3.0, 2.0], [1.0, 0.0], [8.0, 4.0]])
     np.testing.assert_allclose(rowagg.aggregate_rows("fedatt", prev, rows, fedatt=(0.5, 2.0, 0.0))[1],
                                0.5 * (att[:, None] * copies).sum(0), rtol=1e-6)
+    np.testing.assert_allclose(rowagg.aggregate_rows("fedatt", prev, rows, fedatt=(0.5, 2.0, 0.0), fedatt_weights="distance")[1],
+                               0.5 * (d[:, None] * copies).sum(0) / d.sum(), rtol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["A", "B", "C"])

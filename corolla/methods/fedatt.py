@@ -1,5 +1,9 @@
 """FedAtt (Ji et al. 2019; shaoxiongji/fed-att ``src/agg/aggregate.py``): per parameter tensor, attention
-softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I)."""
+softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server − w_c) + dp·N(0, I).
+
+FedCA's paper (§4, "Relations with Classic Aggregation") describes its FedAtt baseline as FedCA with
+α = β = 0 and the proxy coefficient p_u "set to the degree of difference between local and global
+models", without the softmax; ``fedatt-weights = distance`` is that reading, att_c ∝ ‖w_server − w_c‖."""
 
 from corolla.keys import Key
 from corolla.methods.declaration import Method
@@ -8,9 +12,12 @@ KEYS = {
     "fedatt-epsilon": Key(1.0, "FedAtt: step size ε"),
     "fedatt-ord": Key(2, "FedAtt: order of the distance norm"),
     "fedatt-dp": Key(0.001, "FedAtt: std of the Gaussian noise added to the new global parameters"),
+    "fedatt-weights": Key("softmax", "FedAtt: client weights from the distances ‖w_server − w_c‖: 'softmax' of them (the fed-att code) "
+                          "or 'distance', proportional to them (the FedCA paper's §4 reading, p_u = the degree of difference "
+                          "between local and global models)", ("softmax", "distance")),
 }
 
-PROTOCOL = "As FedAvg (the global shared parameters down, each client's trained ones up); the server moves the global parameters towards the clients' by attention weights softmax(‖w_server − w_c‖) and adds Gaussian noise of std fedatt-dp; it sees every client's trained item table."
+PROTOCOL = "As FedAvg (the global shared parameters down, each client's trained ones up); the server moves the global parameters towards the clients' by attention weights softmax(‖w_server − w_c‖) (or, with fedatt-weights = distance, proportional to the distances) and adds Gaussian noise of std fedatt-dp; it sees every client's trained item table."
 
 METHODS = [
     Method("fedatt", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedatt:FedAtt", "client_app.mf:FedAvgClient",
