@@ -6,10 +6,10 @@ two largest distances.
 FedAtt (Ji et al. 2019; ``corolla.composite.fedatt``) weights client c by softmax_c(‖w_server − w_c‖)
 (``fedatt-weights = softmax``, the default; ``distance`` weights are proportional to the distances);
 the softmax is taken over raw distances, so when the distances of the clients differ by more than a
-few units the weights put (nearly) all mass on the farthest client and, with ε = 1, the new global
-tensor is that one client's upload. This instrument measures whether that happens on a preset.
+few units the weights put nearly all mass on the farthest one or few clients and, with ε = 1, the new
+global tensor is in effect their upload. This instrument measures how far that goes on a preset.
 
-Usage (``docs/results.md``, "FedCA on FilmTrust")::
+Usage (``docs/results.md``, "FedAtt on FedCA's harness")::
 
     python benchmarks/fedatt_attention.py --out docs/results/fedatt-attention-pmf-filmtrust.json -- \\
         --preset fedatt-pmf-filmtrust --set num-rounds=10 --mode inproc --nodes 1 --data-dir $COROLLA_DATA --out runs/X
@@ -53,7 +53,7 @@ def instrument(records: list[dict]) -> None:
     from corolla import composite
 
     original = composite.fedatt
-    current = {"round": 0, "key": None}
+    current = {"round": 0}
 
     def recording(server, clients, epsilon, ord_=2, dp=0.0, g=None, weights="softmax"):
         records.append({"round": current["round"], "epsilon": float(epsilon), "weights": weights,

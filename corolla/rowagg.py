@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from corolla.composite import fedatt_weights
+
 
 def minkowski(x: np.ndarray, y: np.ndarray, p: float) -> np.ndarray:
     """Row-wise (Σ_k |x_k − y_k|^p)^(1/p) (Eq. 3)."""
@@ -65,8 +67,6 @@ def fedatt_row(prev: np.ndarray, copies: np.ndarray, epsilon: float, ord_: float
                g: np.random.Generator | None, weights: str = "softmax") -> np.ndarray:
     """FedAtt (fed-att src/agg/aggregate.py) on one row: larger distance → larger attention
     (``weights``: as ``corolla.composite.fedatt_weights``)."""
-    from corolla.composite import fedatt_weights
-
     diff = prev[None, :] - copies
     s = np.linalg.norm(diff, ord=ord_, axis=1)
     att = fedatt_weights(s, weights)
