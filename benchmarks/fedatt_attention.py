@@ -36,10 +36,9 @@ sys.path.insert(0, str(ROOT))
 def attention_stats(server: np.ndarray, clients: np.ndarray, ord_: float = 2, weights: str = "softmax") -> dict:
     """The attention FedAtt gives ``clients`` (one upload per row of the first axis) around
     ``server``: the same distances and weights (``fedatt-weights``) as ``corolla.composite.fedatt``."""
-    from corolla.composite import fedatt_weights
+    from corolla.composite import fedatt_distances, fedatt_weights
 
-    diff = np.asarray(server, np.float64)[None] - np.asarray(clients, np.float64)
-    s = np.array([np.linalg.norm(d.reshape(-1), ord=ord_) for d in diff])
+    _, s = fedatt_distances(server, clients, ord_)
     att = fedatt_weights(s, weights)
     top2 = np.sort(s)[-2:] if len(s) > 1 else np.array([s[0], s[0]])
     return {"clients": int(len(s)), "max_att": float(att.max()), "effective_clients": float(1.0 / np.sum(att ** 2)),
@@ -86,13 +85,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="JSON file for the per-round records and their summary")
     ap.add_argument("corolla_args", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
-    rest = args.corolla_args[1:] if args.corolla_args[:1] == ["--"] else args.corolla_args
-    if "--preset" not in rest:
-        raise SystemExit("after --: expected corolla run arguments with --preset P")
-    if "--mode" not in rest or rest[rest.index("--mode") + 1:rest.index("--mode") + 2] != ["inproc"]:
-        raise SystemExit("after --: expected --mode inproc (the server's aggregation must run in this process)")
     from corolla.config import resolve
-    preset = rest[rest.index("--preset") + 1]
+    from inproc_args import corolla_run_args
+
+    rest, preset = corolla_run_args(args.corolla_args, "the server's aggregation must run in this process")
     if resolve(preset).get("method") != "fedatt":
         raise SystemExit(f"--preset {preset}: expected a FedAtt preset (method = fedatt)")
     from launcher.cli import main as corolla_main

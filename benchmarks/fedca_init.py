@@ -179,15 +179,12 @@ def groups(args) -> int:
 def run(args) -> int:
     import client_app.pmf as pmf
     from corolla.config import resolve
+    from inproc_args import corolla_run_args
     from launcher.cli import main as corolla_main
 
-    rest = args.corolla_args[1:] if args.corolla_args[:1] == ["--"] else args.corolla_args
-    if "--preset" not in rest:
-        raise SystemExit("after --: expected corolla run arguments with --preset P")
-    cfg = resolve(rest[rest.index("--preset") + 1])
+    rest, preset = corolla_run_args(args.corolla_args, "the clients must run in this process")
+    cfg = resolve(preset)
     _check_shared(cfg)
-    if "--mode" not in rest or rest[rest.index("--mode") + 1:rest.index("--mode") + 2] != ["inproc"]:
-        raise SystemExit("after --: expected --mode inproc (the clients must run in this process)")
     if args.init:
         perm, n_items = _interactions(cfg, args.data_dir)
         code_item, user = _load_init(args.init, n_items, int(cfg["dim"]))

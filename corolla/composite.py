@@ -243,14 +243,19 @@ def fedatt_weights(s: np.ndarray, weights: str = "softmax") -> np.ndarray:
     return att / att.sum()
 
 
+def fedatt_distances(server: np.ndarray, clients: np.ndarray, ord_: float = 2) -> tuple[np.ndarray, np.ndarray]:
+    """(w_server − w_c for every client c, ‖w_server − w_c‖_ord over the whole tensor), in float64."""
+    diff = np.asarray(server, np.float64)[None] - np.asarray(clients, np.float64)
+    return diff, np.array([np.linalg.norm(d.reshape(-1), ord=ord_) for d in diff])
+
+
 def fedatt(server: np.ndarray, clients: np.ndarray, epsilon: float, ord_: float = 2,
            dp: float = 0.0, g: np.random.Generator | None = None, weights: str = "softmax") -> np.ndarray:
     """FedAtt for one parameter tensor (fed-att ``aggregate_att``): attention
     att_c = softmax_c(‖w_server − w_c‖_ord) (``weights = "distance"``: att_c ∝ ‖w_server − w_c‖_ord)
     and w_new = w_server − ε Σ_c att_c (w_server − w_c) + dp · N(0, I)."""
     server = np.asarray(server, np.float64)
-    diff = server[None] - np.asarray(clients, np.float64)
-    s = np.array([np.linalg.norm(d.reshape(-1), ord=ord_) for d in diff])
+    diff, s = fedatt_distances(server, clients, ord_)
     att = fedatt_weights(s, weights)
     out = server - epsilon * np.tensordot(att, diff, axes=1)
     if dp > 0:

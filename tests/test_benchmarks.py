@@ -496,3 +496,15 @@ def test_fedatt_attention_stats_are_the_weights_fedatt_applies():
     assert one["max_att"] == 1.0 and one["effective_clients"] == 1.0 and one["dist_gap_top2"] == 0.0
     with pytest.raises(SystemExit, match="FedAtt preset"):
         fedatt_attention.main(["--out", "x.json", "--", "--preset", "fedavg-pmf-filmtrust", "--mode", "inproc"])
+
+
+def test_inproc_args_need_a_preset_and_the_in_process_mode():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from inproc_args import corolla_run_args
+
+    rest, preset = corolla_run_args(["--", "--preset", "p", "--mode", "inproc", "--nodes", "1"], "why")
+    assert preset == "p" and rest[0] == "--preset"
+    with pytest.raises(SystemExit, match="--preset P"):
+        corolla_run_args(["--mode", "inproc", "--preset"], "why")
+    with pytest.raises(SystemExit, match=r"--mode inproc \(why\)"):
+        corolla_run_args(["--preset", "p", "--mode", "local"], "why")
