@@ -33,12 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def attention_stats(server: np.ndarray, clients: np.ndarray, ord_: float = 2, weights: str = "softmax") -> dict:
+def attention_stats(server: np.ndarray, clients: np.ndarray, ord_: float = 2, weights: str = "softmax",
+                    norm: str = "flattened") -> dict:
     """The attention FedAtt gives ``clients`` (one upload per row of the first axis) around
-    ``server``: the same distances and weights (``fedatt-weights``) as ``corolla.composite.fedatt``."""
+    ``server``: the same distances (``fedatt-norm``) and weights (``fedatt-weights``) as
+    ``corolla.composite.fedatt``."""
     from corolla.composite import fedatt_distances, fedatt_weights
 
-    _, s = fedatt_distances(server, clients, ord_)
+    _, s = fedatt_distances(server, clients, ord_, norm)
     att = fedatt_weights(s, weights)
     top2 = np.sort(s)[-2:] if len(s) > 1 else np.array([s[0], s[0]])
     return {"clients": int(len(s)), "max_att": float(att.max()), "effective_clients": float(1.0 / np.sum(att ** 2)),
@@ -54,10 +56,10 @@ def instrument(records: list[dict]) -> None:
     original = composite.fedatt
     current = {"round": 0}
 
-    def recording(server, clients, epsilon, ord_=2, dp=0.0, g=None, weights="softmax"):
-        records.append({"round": current["round"], "epsilon": float(epsilon), "weights": weights,
-                        **attention_stats(server, clients, ord_, weights)})
-        return original(server, clients, epsilon, ord_, dp, g, weights)
+    def recording(server, clients, epsilon, ord_=2, dp=0.0, g=None, weights="softmax", norm="flattened"):
+        records.append({"round": current["round"], "epsilon": float(epsilon), "weights": weights, "norm": norm,
+                        **attention_stats(server, clients, ord_, weights, norm)})
+        return original(server, clients, epsilon, ord_, dp, g, weights, norm)
 
     aggregate = fedatt_strategy.FedAtt.aggregate_phase
 

@@ -243,19 +243,38 @@ def fedatt_weights(s: np.ndarray, weights: str = "softmax") -> np.ndarray:
     return att / att.sum()
 
 
-def fedatt_distances(server: np.ndarray, clients: np.ndarray, ord_: float = 2) -> tuple[np.ndarray, np.ndarray]:
-    """(w_server − w_c for every client c, ‖w_server − w_c‖_ord over the whole tensor), in float64."""
+FEDATT_NORMS = ("flattened", "matrix")
+
+
+def fedatt_distances(server: np.ndarray, clients: np.ndarray, ord_: float = 2,
+                     norm: str = "flattened") -> tuple[np.ndarray, np.ndarray]:
+    """(w_server − w_c for every client c, ‖w_server − w_c‖_ord), in float64.
+
+    ``norm = "flattened"``: the ord-norm of the tensor's entries taken as one vector (at ord 2 the
+    Frobenius norm). ``norm = "matrix"``: ``linalg.norm(tensor, ord)`` as fed-att's ``aggregate_att``
+    calls it (``scipy.linalg.norm(w_server[k] − w_clients[i][k], ord=metric)``): the same for a
+    vector, but for a 2-D tensor the matrix norm, at ord 2 its largest singular value."""
+    if norm not in FEDATT_NORMS:
+        raise ValueError(f"fedatt-norm: expected one of {FEDATT_NORMS}, got {norm!r}")
     diff = np.asarray(server, np.float64)[None] - np.asarray(clients, np.float64)
-    return diff, np.array([np.linalg.norm(d.reshape(-1), ord=ord_) for d in diff])
+    if norm == "flattened" or diff.ndim <= 2:
+        return diff, np.array([np.linalg.norm(d.reshape(-1), ord=ord_) for d in diff])
+    if diff.ndim > 3:
+        raise ValueError(f"fedatt-norm = matrix: expected vectors or matrices, got a tensor of shape {diff.shape[1:]}")
+    if ord_ == 2:   # the largest singular value of every client's difference, in one batched call
+        return diff, np.linalg.svd(diff, compute_uv=False)[:, 0]
+    return diff, np.array([np.linalg.norm(d, ord=ord_) for d in diff])
 
 
 def fedatt(server: np.ndarray, clients: np.ndarray, epsilon: float, ord_: float = 2,
-           dp: float = 0.0, g: np.random.Generator | None = None, weights: str = "softmax") -> np.ndarray:
+           dp: float = 0.0, g: np.random.Generator | None = None, weights: str = "softmax",
+           norm: str = "flattened") -> np.ndarray:
     """FedAtt for one parameter tensor (fed-att ``aggregate_att``): attention
-    att_c = softmax_c(‖w_server − w_c‖_ord) (``weights = "distance"``: att_c ∝ ‖w_server − w_c‖_ord)
+    att_c = softmax_c(‖w_server − w_c‖_ord) (``weights = "distance"``: att_c ∝ ‖w_server − w_c‖_ord;
+    the norm of a matrix as ``fedatt_distances``' ``norm`` says)
     and w_new = w_server − ε Σ_c att_c (w_server − w_c) + dp · N(0, I)."""
     server = np.asarray(server, np.float64)
-    diff, s = fedatt_distances(server, clients, ord_)
+    diff, s = fedatt_distances(server, clients, ord_, norm)
     att = fedatt_weights(s, weights)
     out = server - epsilon * np.tensordot(att, diff, axes=1)
     if dp > 0:

@@ -22,7 +22,7 @@ class FedAtt(FedAvg):
         g = rng(self.cfg["seed"], "fedatt-dp", rnd)
         self.global_params = {
             k: composite.fedatt(v, np.stack([results[c].payload[k] for c in cids]), self.p.fedatt_epsilon,
-                                self.p.fedatt_ord, self.p.fedatt_dp, g, self.p.fedatt_weights)
+                                self.p.fedatt_ord, self.p.fedatt_dp, g, self.p.fedatt_weights, self.p.fedatt_norm)
             for k, v in self.global_params.items()}
         losses = [results[c].metrics.get("train-loss", np.nan) for c in cids]
         return {"train-loss": float(np.nanmean(losses)), "clients": len(cids)}

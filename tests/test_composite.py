@@ -145,3 +145,28 @@ def test_fedatt_by_hand():
     np.testing.assert_allclose(C.fedatt_weights(np.zeros(3), "distance"), np.full(3, 1 / 3))   # all at the server
     with pytest.raises(ValueError, match="fedatt-weights"):
         C.fedatt(server, clients, epsilon=1.0, weights="linear")
+
+
+def test_fedatt_norm_of_a_table_by_hand():
+    """fedatt-norm: 'flattened' takes the Frobenius norm of a table's difference, 'matrix' its largest
+    singular value (fed-att's scipy.linalg.norm(·, ord=2) on a 2-D tensor); vectors are the same."""
+    server = np.zeros((2, 2))
+    # client 0: diag(3, 4): Frobenius 5, spectral 4; client 1: [[3, 0], [0, 0]]: both 3
+    clients = np.array([[[3.0, 0.0], [0.0, 4.0]], [[3.0, 0.0], [0.0, 0.0]]])
+    _, s = C.fedatt_distances(server, clients, 2, "flattened")
+    np.testing.assert_allclose(s, [5.0, 3.0])
+    _, s = C.fedatt_distances(server, clients, 2, "matrix")
+    np.testing.assert_allclose(s, [4.0, 3.0])
+    _, s = C.fedatt_distances(server, clients, 1, "matrix")          # ord 1 of a matrix: the largest column sum
+    np.testing.assert_allclose(s, [4.0, 3.0])
+    att = np.exp([4.0, 3.0]) / np.exp([4.0, 3.0]).sum()              # softmax over the spectral norms
+    out = C.fedatt(server, clients, epsilon=1.0, norm="matrix")
+    np.testing.assert_allclose(out, att[0] * clients[0] + att[1] * clients[1], rtol=1e-6)
+    assert not np.allclose(out, C.fedatt(server, clients, epsilon=1.0))   # the Frobenius reading weights otherwise
+    vec = np.array([[1.0, 2.0], [2.0, 2.0]])
+    np.testing.assert_allclose(C.fedatt_distances(np.zeros(2), vec, 2, "matrix")[1],
+                               C.fedatt_distances(np.zeros(2), vec, 2, "flattened")[1])
+    with pytest.raises(ValueError, match="fedatt-norm"):
+        C.fedatt(server, clients, epsilon=1.0, norm="spectral")
+    with pytest.raises(ValueError, match="fedatt-norm = matrix: expected vectors or matrices"):
+        C.fedatt_distances(np.zeros((2, 2, 2)), np.ones((3, 2, 2, 2)), 2, "matrix")
