@@ -261,6 +261,9 @@ def fedatt_distances(server: np.ndarray, clients: np.ndarray, ord_: float = 2,
         return diff, np.array([np.linalg.norm(d.reshape(-1), ord=ord_) for d in diff])
     if diff.ndim > 3:
         raise ValueError(f"fedatt-norm = matrix: expected vectors or matrices, got a tensor of shape {diff.shape[1:]}")
+    if ord_ not in (1, -1, 2, -2, np.inf, -np.inf):
+        raise ValueError(f"fedatt-ord = {ord_!r} with fedatt-norm = matrix: a matrix norm's order must be one of "
+                         "1, -1, 2, -2, inf, -inf (numpy's and scipy's linalg.norm)")
     if ord_ == 2:   # the largest singular value of every client's difference, in one batched call
         return diff, np.linalg.svd(diff, compute_uv=False)[:, 0]
     return diff, np.array([np.linalg.norm(d, ord=ord_) for d in diff])

@@ -168,5 +168,9 @@ def test_fedatt_norm_of_a_table_by_hand():
                                C.fedatt_distances(np.zeros(2), vec, 2, "flattened")[1])
     with pytest.raises(ValueError, match="fedatt-norm"):
         C.fedatt(server, clients, epsilon=1.0, norm="spectral")
+    with pytest.raises(ValueError, match="fedatt-ord = 3 with fedatt-norm = matrix"):
+        C.fedatt_distances(server, clients, 3, "matrix")
+    np.testing.assert_allclose(C.fedatt_distances(server, clients, 3, "flattened")[1],   # entries: (27 + 64)^(1/3), 3
+                               [91 ** (1 / 3), 3.0])
     with pytest.raises(ValueError, match="fedatt-norm = matrix: expected vectors or matrices"):
         C.fedatt_distances(np.zeros((2, 2, 2)), np.ones((3, 2, 2, 2)), 2, "matrix")
