@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def attention_stats(server: np.ndarray, clients: np.ndarray, ord_: float = 2, weights: str = "softmax",
-                    norm: str = "flattened") -> dict:
+                    norm: str = "matrix") -> dict:
     """The attention FedAtt gives ``clients`` (one upload per row of the first axis) around
     ``server``: the same distances (``fedatt-norm``) and weights (``fedatt-weights``) as
     ``corolla.composite.fedatt``."""
@@ -56,7 +56,7 @@ def instrument(records: list[dict]) -> None:
     original = composite.fedatt
     current = {"round": 0}
 
-    def recording(server, clients, epsilon, ord_=2, dp=0.0, g=None, weights="softmax", norm="flattened"):
+    def recording(server, clients, epsilon, ord_=2, dp=0.0, g=None, weights="softmax", norm="matrix"):
         records.append({"round": current["round"], "epsilon": float(epsilon), "weights": weights, "norm": norm,
                         **attention_stats(server, clients, ord_, weights, norm)})
         return original(server, clients, epsilon, ord_, dp, g, weights, norm)

@@ -247,7 +247,7 @@ FEDATT_NORMS = ("flattened", "matrix")
 
 
 def fedatt_distances(server: np.ndarray, clients: np.ndarray, ord_: float = 2,
-                     norm: str = "flattened") -> tuple[np.ndarray, np.ndarray]:
+                     norm: str = "matrix") -> tuple[np.ndarray, np.ndarray]:
     """(w_server − w_c for every client c, ‖w_server − w_c‖_ord), in float64.
 
     ``norm = "flattened"``: the ord-norm of the tensor's entries taken as one vector (at ord 2 the
@@ -271,7 +271,7 @@ def fedatt_distances(server: np.ndarray, clients: np.ndarray, ord_: float = 2,
 
 def fedatt(server: np.ndarray, clients: np.ndarray, epsilon: float, ord_: float = 2,
            dp: float = 0.0, g: np.random.Generator | None = None, weights: str = "softmax",
-           norm: str = "flattened") -> np.ndarray:
+           norm: str = "matrix") -> np.ndarray:
     """FedAtt for one parameter tensor (fed-att ``aggregate_att``): attention
     att_c = softmax_c(‖w_server − w_c‖_ord) (``weights = "distance"``: att_c ∝ ‖w_server − w_c‖_ord;
     the norm of a matrix as ``fedatt_distances``' ``norm`` says)

@@ -496,7 +496,8 @@ def test_fedatt_attention_stats_are_the_weights_fedatt_applies():
     assert spec["max_att"] == pytest.approx(att[2])
     skew = np.stack([np.diag([3.0, 4.0, 0.0])[:, :2], np.diag([3.0, 0.0, 0.0])[:, :2]])   # σ_max 4 and 3, Frobenius 5 and 3
     assert fedatt_attention.attention_stats(np.zeros((3, 2)), skew, norm="matrix")["dist_max"] == pytest.approx(4.0)
-    assert fedatt_attention.attention_stats(np.zeros((3, 2)), skew)["dist_max"] == pytest.approx(5.0)
+    assert fedatt_attention.attention_stats(np.zeros((3, 2)), skew)["dist_max"] == pytest.approx(4.0)   # the default: matrix
+    assert fedatt_attention.attention_stats(np.zeros((3, 2)), skew, norm="flattened")["dist_max"] == pytest.approx(5.0)
     one = fedatt_attention.attention_stats(server, clients[:1])
     assert one["max_att"] == 1.0 and one["effective_clients"] == 1.0 and one["dist_gap_top2"] == 0.0
     with pytest.raises(SystemExit, match="FedAtt preset"):

@@ -162,7 +162,8 @@ def test_fedatt_norm_of_a_table_by_hand():
     att = np.exp([4.0, 3.0]) / np.exp([4.0, 3.0]).sum()              # softmax over the spectral norms
     out = C.fedatt(server, clients, epsilon=1.0, norm="matrix")
     np.testing.assert_allclose(out, att[0] * clients[0] + att[1] * clients[1], rtol=1e-6)
-    assert not np.allclose(out, C.fedatt(server, clients, epsilon=1.0))   # the Frobenius reading weights otherwise
+    np.testing.assert_array_equal(out, C.fedatt(server, clients, epsilon=1.0))   # the code's reading is the default
+    assert not np.allclose(out, C.fedatt(server, clients, epsilon=1.0, norm="flattened"))   # Frobenius weights otherwise
     vec = np.array([[1.0, 2.0], [2.0, 2.0]])
     np.testing.assert_allclose(C.fedatt_distances(np.zeros(2), vec, 2, "matrix")[1],
                                C.fedatt_distances(np.zeros(2), vec, 2, "flattened")[1])

@@ -3,8 +3,8 @@ softmax_c(‖w_server − w_c‖) and w ← w_server − ε Σ_c att_c (w_server
 
 The code takes ‖·‖ with ``scipy.linalg.norm(w_server[k] − w_clients[i][k], ord=2)`` per parameter tensor,
 which for a matrix (an item table) is its largest singular value, not the Frobenius norm of its entries;
-``fedatt-norm = matrix`` is that, ``flattened`` (the default, every FedAtt result recorded before
-2026-12-02's "FedAtt's norm of a table") the entries' norm.
+``fedatt-norm = matrix`` is that (the default since 2026-12-02), ``flattened`` the entries' norm (every
+FedAtt result recorded before "FedAtt's norm of a table" in ``docs/results.md``).
 
 FedCA's paper (§4, "Relations with Classic Aggregation") describes its FedAtt baseline as FedCA with
 α = β = 0 and the proxy coefficient p_u "set to the degree of difference between local and global
@@ -20,9 +20,9 @@ KEYS = {
     "fedatt-weights": Key("softmax", "FedAtt: client weights from the distances ‖w_server − w_c‖: 'softmax' of them (the fed-att code) "
                           "or 'distance', proportional to them (the FedCA paper's §4 reading, p_u = the degree of difference "
                           "between local and global models)", ("softmax", "distance")),
-    "fedatt-norm": Key("flattened", "FedAtt: the distance ‖w_server − w_c‖ of a matrix-shaped tensor (an item table): "
+    "fedatt-norm": Key("matrix", "FedAtt: the distance ‖w_server − w_c‖ of a matrix-shaped tensor (an item table): "
                        "'flattened', the norm of its entries as one vector (Frobenius at ord 2), or 'matrix', "
-                       "linalg.norm(tensor, ord) as the fed-att code calls it (at ord 2 the largest singular value); "
+                       "linalg.norm(tensor, ord) as the fed-att code calls it (at ord 2 the largest singular value; the default); "
                        "vectors (every row of the expanded harness) give the same under both", ("flattened", "matrix")),
 }
 
