@@ -17,7 +17,9 @@ data. State never lives in module globals: in deployment every message may start
 process, and the directory is what persists across them. The versions on disk are listed once
 per phase (:meth:`StateStore.refresh`, one directory scan) and kept up to date by this store's
 own saves: finding a client's versions by a listing per client costs O(clients²) per round
-(about 165 s of a 15,000-client node's round at Gowalla's scale).
+(about 165 s of a 15,000-client node's round at Gowalla's scale). A state this process has just
+written or read is read back from memory while the file on disk is unchanged
+(``corolla/state_cache.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from corolla.state_cache import CACHE
 from corolla.util import atomic_save_npz, load_npz, sync_files
 
 _PAT = re.compile(r"^c(-?\d+)\.r(\d+)\.npz$")
@@ -79,7 +82,12 @@ class StateStore:
         vs = [v for v in self._versions(cid) if v <= max_round]
         if not vs:
             return None
-        return vs[-1], load_npz(self.dir / f"c{cid}.r{vs[-1]}.npz")
+        path = self.dir / f"c{cid}.r{vs[-1]}.npz"
+        arrays = CACHE.get(path)
+        if arrays is None:
+            arrays = load_npz(path)
+            CACHE.put(path, arrays)
+        return vs[-1], arrays
 
     def save(self, cid: int, rnd: int, arrays: dict[str, np.ndarray]) -> None:
         """Write client ``cid``'s state after round ``rnd`` (atomic: a failed write leaves the
@@ -90,12 +98,15 @@ class StateStore:
             atomic_save_npz(path, arrays, private=True, durable=False)
         except OSError as e:
             raise StateDirError(self.dir, f"cannot write logical client {cid}'s state of round {rnd}", e) from None
+        CACHE.put(path, arrays)
         vs = sorted(set(self._versions(cid)) | {rnd})
         below = [v for v in vs if v < rnd]
         keep_from = below[-KEEP_BELOW:][0] if below else rnd
         for v in vs:
             if v < keep_from or v > rnd:  # versions beyond rnd belong to an abandoned future
                 (self.dir / f"c{cid}.r{v}.npz").unlink(missing_ok=True)
+            if v != rnd:   # memory holds a client's newest state only (older ones are read from disk)
+                CACHE.drop(self.dir / f"c{cid}.r{v}.npz")
         assert self._index is not None
         self._index[cid] = [v for v in vs if keep_from <= v <= rnd]
         self._pending.append(path)
@@ -120,4 +131,5 @@ def truncate(store: StateStore, cids: list[int], max_round: int) -> None:
         m = _PAT.match(p.name)
         if m and int(m.group(1)) in keep and int(m.group(2)) > max_round:
             p.unlink(missing_ok=True)
+            CACHE.drop(p)
     store.refresh()

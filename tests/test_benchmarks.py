@@ -514,3 +514,20 @@ def test_inproc_args_need_a_preset_and_the_in_process_mode():
         corolla_run_args(["--mode", "inproc", "--preset"], "why")
     with pytest.raises(SystemExit, match=r"--mode inproc \(why\)"):
         corolla_run_args(["--preset", "p", "--mode", "local"], "why")
+
+
+def test_state_cache_benchmark_runs_both_ways_with_equal_metrics(tmp_path, data_dir):
+    """benchmarks/state_cache.py: one run without the cache and one with it, on a small one-user
+    preset; the metrics of every round are equal and the JSON names both."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import state_cache
+
+    out = tmp_path / "sc.json"
+    state_cache.main(["--out", str(out), "--repeats", "1", "--budget-mb", "64", "--", "--preset", "fedavg-pmf-filmtrust",
+                      "--set", "num-rounds=2", "--set", "min-user-interactions=150", "--mode", "inproc", "--nodes", "1",
+                      "--data-dir", data_dir])
+    doc = json.loads(out.read_text())
+    assert [r["cache_mb"] for r in doc["runs"]] == [0, 64] and doc["all_metrics_equal"]
+    assert all(len(r["round_wall_s"]) == 2 and r["user_s"] > 0 for r in doc["runs"])
+    with pytest.raises(SystemExit, match="without --out"):
+        state_cache.main(["--out", str(out), "--", "--preset", "p", "--out", "x"])
