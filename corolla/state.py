@@ -125,7 +125,9 @@ class StateStore:
 
 def truncate(store: StateStore, cids: list[int], max_round: int) -> None:
     """Delete the versions of ``cids`` newer than ``max_round`` (left by a run that was killed
-    mid-round), in one listing of the directory."""
+    mid-round), in one listing of the directory (the node's handshake: the run starts or resumes
+    here, so the process's cache lets go of other runs' states)."""
+    CACHE.retain_run(store.dir.name)
     keep = set(cids)
     for p in store.dir.iterdir():
         m = _PAT.match(p.name)

@@ -18,7 +18,9 @@ cache is empty at every message and the disk is read as before.
 Budget: ``COROLLA_STATE_CACHE_MB`` (default 1024; 0 turns the cache off), for the whole process
 (in process, every node of a run shares it). When it is full, new files are not admitted (nothing
 is evicted): a round reads its clients in the same order every time, so keeping the first ones that
-fit hits on them every round, where evicting the oldest would hit on none.
+fit hits on them every round, where evicting the oldest would hit on none. A client's older versions
+leave when it saves a newer one, and another run's states when a run starts or resumes on a node
+(:meth:`StateCache.retain_run`, from the node's handshake).
 """
 
 from __future__ import annotations
@@ -119,6 +121,14 @@ class StateCache:
             e = self._entries.pop(path, None)
             if e is not None:
                 self._used -= e[2]
+
+    def retain_run(self, run_key: str) -> None:
+        """Drop every entry of another run (a state file's folder is its run's key): called when a
+        run starts or resumes on a node, so that a process that ran an earlier run (a test session,
+        a notebook) does not keep that run's states in its budget."""
+        with self._lock:
+            for path in [p for p in self._entries if p.parent.name != run_key]:
+                self._used -= self._entries.pop(path)[2]
 
     def clear(self) -> None:
         with self._lock:

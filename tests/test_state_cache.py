@@ -58,6 +58,15 @@ def test_deleted_versions_leave_the_cache(tmp_path, disk_reads):
     assert CACHE.used == 256 * 8
 
 
+def test_a_run_starting_drops_other_runs_states(tmp_path, disk_reads):
+    old, new = StateStore(tmp_path, "run-a"), StateStore(tmp_path / "node1", "run-b")
+    old.save(0, 1, {"x": np.zeros(128)})
+    new.save(0, 1, {"x": np.ones(128)})
+    assert CACHE.used == 2 * 128 * 8
+    truncate(new, [0], 0)   # run-b's handshake on a node (here: it resumes from round 0)
+    assert CACHE.used == 0 and old.load(0, 1)[1]["x"][0] == 0.0 and len(disk_reads) == 1
+
+
 def test_budget_admits_while_there_is_room_and_zero_turns_it_off(tmp_path, disk_reads, monkeypatch):
     st = StateStore(tmp_path, "run")
     monkeypatch.setenv("COROLLA_STATE_CACHE_MB", str(1.5 * 8192 / (1 << 20)))   # room for one 8 KiB state
