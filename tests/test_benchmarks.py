@@ -531,3 +531,32 @@ def test_state_cache_benchmark_runs_both_ways_with_equal_metrics(tmp_path, data_
     assert all(len(r["round_wall_s"]) == 2 and r["user_s"] > 0 for r in doc["runs"])
     with pytest.raises(SystemExit, match="without --out"):
         state_cache.main(["--out", str(out), "--", "--preset", "p", "--out", "x"])
+
+
+def test_round_curves_reads_dotted_series_keeps_every_kth_and_names_a_missing_series(tmp_path):
+    d = tmp_path / "runs" / "pfedgraph+pfedgraph-alpha=0.1"
+    d.mkdir(parents=True)
+    recs = [{"round": r, "wall_s": 2.0 * r, "train": {"self-weight": 1.0 / r, "clients": 3},
+             **({"compat": {"hr@10": 0.1 * r}} if r != 2 else {})} for r in (3, 1, 2, 4)]
+    (d / "rounds.jsonl").write_text("\n".join(json.dumps(x) for x in recs) + "\n")
+    (d / "summary.json").write_text(json.dumps({"rounds_completed": 4, "provenance": {"command": (
+        f"{sys.executable} -m launcher.cli run --preset pfedgraph-pmf-ml100k --data-dir /data/sets "
+        f"--out {d} --set pfedgraph-alpha=0.1")}}))
+    out = tmp_path / "curves.json"
+    script = str(ROOT / "benchmarks" / "round_curves.py")
+    res = subprocess.run([sys.executable, script, "--series", "train.self-weight,compat.hr@10,wall_s",
+                          "--what", "a test", "--out", str(out), f"a={d}"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    run = json.loads(out.read_text())["runs"]["a"]
+    assert run["command"] == ("corolla run --preset pfedgraph-pmf-ml100k --data-dir $COROLLA_DATA "
+                              "--out runs/pfedgraph+pfedgraph-alpha=0.1 --set pfedgraph-alpha=0.1")
+    assert [r["round"] for r in run["curve"]] == [1, 2, 3, 4]                    # sorted by round
+    assert run["curve"][1] == {"round": 2, "train.self-weight": 0.5, "wall_s": 4.0}   # round 2: no compat
+    assert run["curve"][2]["compat.hr@10"] == pytest.approx(0.3)
+    res = subprocess.run([sys.executable, script, "--series", "train.self-weight", "--every", "3",
+                          "--what", "a test", "--out", str(out), f"a={d}"], capture_output=True, text=True)
+    assert [r["round"] for r in json.loads(out.read_text())["runs"]["a"]["curve"]] == [3, 4]   # 3rd and last
+    res = subprocess.run([sys.executable, script, "--series", "train.nothing", "--what", "x",
+                          "--out", str(tmp_path / "no.json"), f"a={d}"], capture_output=True, text=True)
+    assert res.returncode != 0 and "train.nothing" in res.stderr and str(d) in res.stderr
+    assert not (tmp_path / "no.json").exists()
