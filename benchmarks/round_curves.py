@@ -38,8 +38,8 @@ from corolla.util import atomic_write_json  # noqa: E402
 
 
 def lookup(record: dict, path: str):
-    """The value at dotted ``path`` in ``record`` (keys may hold dots only at the last step, as
-    metric names such as ``hr@10`` do not); None where it is absent or not a number."""
+    """The number at ``path`` in ``record``: a top-level key (``wall_s``) or, split at the first
+    dot, a key inside one block (``compat.hr@10``); None where it is absent or not a number."""
     head, _, rest = path.partition(".")
     if not rest:
         v = record.get(head)
