@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -35,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from corolla.util import atomic_write_json  # noqa: E402
+from result_record import portable  # noqa: E402  (one normaliser, shared with sweep --record)
 
 
 def lookup(record: dict, path: str):
@@ -47,23 +46,6 @@ def lookup(record: dict, path: str):
         sub = record.get(head)
         v = sub.get(rest) if isinstance(sub, dict) else None
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def portable(command: str | None) -> str | None:
-    """A run's command as the docs write it: ``corolla run ...`` for the launcher however it was
-    called, ``--data-dir $COROLLA_DATA`` and ``--out runs/<the run folder's name>``."""
-    if not command:
-        return command
-    words = shlex.split(command)
-    for i, w in enumerate(words):
-        if w == "run" and i > 0:
-            words = ["corolla"] + words[i:]
-            break
-    for flag, value in (("--data-dir", None), ("--out", "runs/")):
-        if flag in words[:-1]:
-            j = words.index(flag) + 1
-            words[j] = "$COROLLA_DATA" if value is None else value + Path(words[j]).name
-    return " ".join(w if re.fullmatch(r"[\w@%+=:,./$-]+", w) else shlex.quote(w) for w in words)
 
 
 def curve(run_dir: Path, series: list[str], every: int = 1) -> list[dict]:

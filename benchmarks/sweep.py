@@ -3,7 +3,9 @@
 Each run is ``corolla run --preset P [--set k=v ...] --mode MODE --out RUNS/<P>+<k=v>...``; a run
 whose ``summary.json`` already says ``completed`` and whose recorded configuration equals what the
 preset and overrides resolve to now is not run again (a preset edited since is re-run). The summaries are copied to
-``docs/results/<P>+<k=v>....json`` with ``--record`` and a markdown table is printed: the
+``docs/results/<P>+<k=v>....json`` with ``--record`` (the command in each file's provenance made
+portable: ``corolla run ... --data-dir $COROLLA_DATA --out runs/<name>``; ``--note`` sets its
+``provenance.note``, the sentence that says why the run was made) and a markdown table is printed: the
 validation-selected test metrics, the paper-compatible ones (for FedCA: the best-test round,
 ties against the positive) and the paper's numbers.
 
@@ -29,6 +31,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from result_record import record_summary  # noqa: E402
 
 
 def run_name(preset: str, overrides: list[str]) -> str:
@@ -78,7 +83,12 @@ def main() -> None:
     ap.add_argument("--metrics", default="hr@10,ndcg@10")
     ap.add_argument("--runs", default=str(ROOT / "runs"))
     ap.add_argument("--record", action="store_true", help="copy each summary to docs/results/")
+    ap.add_argument("--note", help="with --record: the provenance note every recorded file carries")
     args = ap.parse_args()
+    if args.note is not None and not args.record:
+        ap.error("--note is written into recorded result files; give --record with it")
+    if args.note is not None and not args.note.strip():
+        ap.error("--note is empty; give the sentence the result files should carry, or leave it out")
     keys = args.metrics.split(",")
     variants: list[list[str]] = [[]]
     if args.vary:
@@ -93,7 +103,7 @@ def main() -> None:
             s = run_one(preset, overrides, args)
             if args.record:
                 dst = ROOT / "docs" / "results" / f"{run_name(preset, overrides)}.json"
-                dst.write_text(json.dumps(s, indent=1, sort_keys=True))
+                record_summary(s, dst, args.note)
             compat = s.get("metrics_paper_compat", {})
             paper = {k: v for k, v in s.get("paper", {}).items() if k in keys}
             csel = compat.get("selection", {})

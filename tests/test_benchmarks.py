@@ -560,3 +560,51 @@ def test_round_curves_reads_dotted_series_keeps_every_kth_and_names_a_missing_se
                           "--out", str(tmp_path / "no.json"), f"a={d}"], capture_output=True, text=True)
     assert res.returncode != 0 and "train.nothing" in res.stderr and str(d) in res.stderr
     assert not (tmp_path / "no.json").exists()
+
+
+def test_result_record_makes_the_command_portable_sets_the_note_and_refuses_bad_input(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import result_record
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    run = tmp_path / "scratch" / "runs" / "gga-mf-ml100k-943+patience=0"
+    run.mkdir(parents=True)
+    summary = {"status": "completed", "metrics": {"f1@10": 0.1}, "provenance": {"command": (
+        f"{sys.executable} -m launcher.cli run --preset gga-mf-ml100k-943 --mode inproc --nodes 8 "
+        f"--data-dir /data/sets --out {run} --set patience=0 --set 'lr=0.1 x'")}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    dst = tmp_path / "results" / "a.json"
+    doc = result_record.record_summary(summary, dst, "why it ran")
+    assert summary["provenance"]["command"].startswith(sys.executable)          # input untouched
+    want = ("corolla run --preset gga-mf-ml100k-943 --mode inproc --nodes 8 --data-dir $COROLLA_DATA "
+            "--out runs/gga-mf-ml100k-943+patience=0 --set patience=0 --set 'lr=0.1 x'")
+    assert doc["provenance"] == {"command": want, "note": "why it ran"}
+    text = dst.read_text()
+    assert json.loads(text) == doc and text == json.dumps(doc, indent=1, sort_keys=True)
+    assert result_record.portable("/v/bin/corolla run --resume /scratch/runs_gp/runs/gp-1 --mode inproc"
+                                  "  # resumed after round 40") == (
+        "corolla run --resume runs/gp-1 --mode inproc  # resumed after round 40")
+    with pytest.raises(ValueError, match="--note is empty"):
+        result_record.record_summary(summary, dst, "  ")
+    with pytest.raises(ValueError, match="no provenance"):
+        result_record.record_summary({"metrics": {}}, dst)
+    # the command line: a run folder goes to <results>/<folder name>.json; a result file in place
+    results = tmp_path / "results"
+    result_record.main(["--results", str(results), str(run)])
+    rec = json.loads((results / f"{run.name}.json").read_text())
+    assert rec["provenance"] == {"command": want}
+    result_record.main(["--note", "later", str(results / f"{run.name}.json")])
+    assert json.loads((results / f"{run.name}.json").read_text())["provenance"]["note"] == "later"
+    with pytest.raises(SystemExit, match="summary.json"):
+        result_record.main(["--results", str(results), str(tmp_path)])
+    with pytest.raises(SystemExit, match="run folder or an existing .json"):
+        result_record.main([str(tmp_path / "nothing.json")])
+
+
+def test_sweep_refuses_a_note_without_record_and_an_empty_note():
+    script = str(ROOT / "benchmarks" / "sweep.py")
+    for extra, msg in ((["--note", "x"], "give --record"), (["--record", "--note", " "], "--note is empty")):
+        res = subprocess.run([sys.executable, script, "--data-dir", "/nowhere", *extra, "fedavg-mf-ml100k"],
+                             capture_output=True, text=True)
+        assert res.returncode == 2 and msg in res.stderr
