@@ -29,8 +29,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, Path(__file__).resolve().parent):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from corolla.util import atomic_write_json  # noqa: E402
 from result_record import portable  # noqa: E402  (one normaliser, shared with sweep --record)
