@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from client_app.base import PhaseResult
-from client_app.oneuser import candidate_logits, evaluate_stacked
+from client_app.oneuser import evaluate_stacked, global_scorer
 from client_app.pmf import OneUserClient
 
 
@@ -50,18 +50,3 @@ class FedFastClient(OneUserClient):
         score = global_scorer([personal.get("user.weight", state["user.weight"])], shared, self.device)
         return score(torch.zeros(1, dtype=torch.long), torch.as_tensor(it)).reshape(len(local_users), -1)
 
-
-def global_scorer(users: list[np.ndarray], shared: dict[str, np.ndarray], device):
-    """Sigmoid scores (float32, as the harness) of each client's user vector with the global
-    table and tower, gathered per candidate (no table per client)."""
-    tower = [k for k in shared if k.startswith("mlp.")]
-
-    def score(idx, items):
-        jj, it = idx.cpu().numpy(), items.cpu().numpy()
-        user = torch.as_tensor(np.stack([users[j] for j in jj]), device=device)
-        t = {k: torch.as_tensor(shared[k], device=device)[None].expand(len(jj), *shared[k].shape) for k in tower}
-        with torch.no_grad():
-            logits = candidate_logits(user, torch.as_tensor(shared["item.weight"][it], device=device), t)
-            return torch.sigmoid(logits).cpu().numpy().astype(np.float32)
-
-    return score

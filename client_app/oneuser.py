@@ -195,3 +195,21 @@ def candidate_logits(user, emb, tower=None):
     local = torch.arange(n, device=emb.device).expand(a, n)
     return stacked_logits(p, local, mlp_layer_names(p))
 
+
+def global_scorer(users: list[np.ndarray], shared: dict[str, np.ndarray], device):
+    """Sigmoid scores (float32, as the harness) of each client's user vector with the global
+    table and tower, gathered per candidate (no table per client): FedFast's evaluation and, with
+    ``one-user-eval = global``, FedAvg's and FCF's."""
+    import torch
+
+    tower = [k for k in shared if k.startswith("mlp.")]
+
+    def score(idx, items):
+        jj, it = idx.cpu().numpy(), items.cpu().numpy()
+        user = torch.as_tensor(np.stack([users[j] for j in jj]), device=device)
+        t = {k: torch.as_tensor(shared[k], device=device)[None].expand(len(jj), *shared[k].shape) for k in tower}
+        with torch.no_grad():
+            logits = candidate_logits(user, torch.as_tensor(shared["item.weight"][it], device=device), t)
+            return torch.sigmoid(logits).cpu().numpy().astype(np.float32)
+
+    return score

@@ -30,7 +30,9 @@ Round (``train`` phase), per client:
    k × |I_u|); the averaging baselines: ``item.weight`` (+ tower); ``local``: nothing.
    ``num-examples`` = the number of training rows (n_u, FedCA's ``engine.py:163``). The user vector never leaves;
 5. evaluation, fused into the reply when the round is evaluated: each user ranks its held-out
-   item among its 99 negatives with its own post-training parameters (FedCA's ``engine.py:210-221``). Only FedCA's
+   item among its 99 negatives with its own post-training parameters (FedCA's ``engine.py:210-221``);
+   with ``one-user-eval = global`` (FedAvg, FCF, FedAtt) instead with the round's aggregate (the
+   global table and tower) and its own user vector, with the next round's message. Only FedCA's
    aggregated clients are evaluated again, with the next round's message (or an ``evaluate``
    message after the last round): they receive Q_g[u], interpolate, keep the interpolated
    parameters as their state (the next round starts from them, FedCA's ``engine.py:92-112``) and evaluate with them.
@@ -47,8 +49,8 @@ import numpy as np
 import torch
 
 from client_app.base import PhaseResult
-from client_app.oneuser import (OneUserBase, evaluate_stacked, evaluated, round_samples, rows_mode, rows_scorer,
-                                rows_upload, without_table)
+from client_app.oneuser import (OneUserBase, evaluate_stacked, evaluated, global_scorer, round_samples, rows_mode,
+                                rows_scorer, rows_upload, without_table)
 from corolla.models.factory import build_model, init_params, shared_init
 from corolla.models.stacked import learning_rates, mlp_layer_names, stack, stacked_logits, train_stacked, train_users
 from corolla.util import stable_seed
@@ -77,7 +79,13 @@ class OneUserClient(OneUserBase):
         post-training parameters (the harness rule on evaluated rounds). A method whose clients are
         evaluated with what the server computes after aggregating (PerFedRec's score ensemble,
         FedFast's global model) returns False and is asked by an evaluation download instead."""
-        return evaluated(self.cfg, rnd)
+        return evaluated(self.cfg, rnd) and not self.global_eval
+
+    @property
+    def global_eval(self) -> bool:
+        """``one-user-eval = global``: evaluated with the round's aggregate (the global table and
+        tower the evaluation brings) and its own user vector, not its post-training parameters."""
+        return self.start_from == "global" and self.p.one_user_eval == "global"
 
     @classmethod
     def train_options(cls, clients, rnd, starts, personals) -> dict:
@@ -146,6 +154,10 @@ class OneUserClient(OneUserBase):
 
     @staticmethod
     def batch_evaluate(clients, rnd, states, shared, personals) -> list[PhaseResult]:
+        if clients[0].global_eval:
+            users = [s["user.weight"] for s in states]
+            return [PhaseResult(metrics=ev) for ev in
+                    evaluate_stacked(clients, global_scorer(users, shared, clients[0].device))]
         new_states = [c.evaluation_state(s, p) for c, s, p in zip(clients, states, personals)]
         params = stack(new_states, list(new_states[0]), clients[0].device)
         evals = evaluate_stacked(clients, stacked_scorer(params, user_graphs(clients)))
@@ -161,7 +173,9 @@ class OneUserClient(OneUserBase):
         return state
 
     def scores(self, state, shared, personal, local_users, items):
-        if "item.weight" not in state:   # item-upload = rows: the global table it starts from
+        if self.global_eval:
+            state = {"user.weight": state["user.weight"], **shared}
+        elif "item.weight" not in state:   # item-upload = rows: the global table it starts from
             state = {**state, **shared}
         params = stack([state], list(state), self.device)
         it = torch.as_tensor(np.asarray(items).reshape(1, -1) if items is not None

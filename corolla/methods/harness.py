@@ -19,6 +19,7 @@ ONE_USER_KEYS = {
     "early-break": Key(0.0, "one-user harness: stop a client's local epochs once the relative change of its cumulative mean loss is below this (FedCA code: 1e-4; 0 = off)"),
     "item-upload": Key("full", "one-user harness: each client uploads its whole trained item table ('full', the papers' protocol) or only the rows its round trained, with their ids ('rows': every other row equals the global table it received, so the server rebuilds the same tables; the mean is the same up to float64 rounding; the client keeps no copy of the global table in its state). For methods whose clients start each round from the global table (FedAvg, FCF, PFedRec); what lets them reach tens of thousands of users", ("full", "rows")),
     "lr-eta": Key(80.0, "one-user harness, optimizer = 'sgd' (UFGraphFR's code base: UFGraphFR, GPFedRec, and FedAvg's SGD reading): learning-rate multiplier: item table lr·M·lr-eta − lr, user part lr·lr-eta − lr, the rest lr (the code's lr_eta)"),
+    "one-user-eval": Key("own", "one-user harness, methods whose clients start each round from the global item table (FedAvg, FCF, FedAtt): each client is evaluated with its own post-training parameters ('own', FedCA's code, engine.py:210-221) or with the round's aggregate, the global item table (and tower) the server computed, and its own user vector ('global', FedMF's model: one global item model; evaluated with the next round's message)", ("own", "global")),
     "user-init": Key("per-client", "initial user vectors: seeded per client, or one shared vector for all (FedCA code: a deepcopy of the template model)", ("per-client", "shared")),
 }
 
@@ -46,6 +47,14 @@ def check_one_user(cfg, method):
         raise ConfigError(f"config key 'item-upload': 'rows' needs clients that start each round from the global item "
                           f"table (fedavg, fcf, pfedrec on harness='one-user'); method '{method.name}' keeps its own "
                           f"table, so use item-upload='full'")
+    if cfg["one-user-eval"] == "global":
+        if method.client_options.get("start_from") != "global":
+            raise ConfigError(f"config key 'one-user-eval': 'global' is for methods whose clients start each round from "
+                              f"the global item table (fedavg, fcf, fedatt on harness='one-user'); method "
+                              f"'{method.name}' keeps its own, so use 'own'")
+        if cfg["model"] == "lightgcn":
+            raise ConfigError("config key 'one-user-eval': 'global' scores the global table without the user's graph; "
+                              "with model='lightgcn' use 'own'")
     want = {"loss": "bce", "optimizer-state": "fresh", "weight-decay": 0.0, "optimizer": "adam",
             "train-samples": "per-positive", **method.requires}
     for key, value in want.items():
