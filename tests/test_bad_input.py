@@ -100,6 +100,8 @@ ROWS = [
      ["max-users", "positive count", "-5"], 2),
     ("item-upload=rows for FedCA", lambda t: ["run", "--preset", "fedca-pmf-ml100k", "--set", "item-upload=rows"],
      ["item-upload", "method 'fedca'", "item-upload='full'"], 2),
+    ("one-user-eval=global for FedCA", lambda t: ["run", "--preset", "fedca-pmf-ml100k", "--set", "one-user-eval=global"],
+     ["one-user-eval", "method 'fedca'", "use 'own'"], 2),
     ("report --results missing", lambda t: ["report", "--results", str(t / "nowhere"), "--out", str(t / "site")],
      ["--results", "nowhere", "expected a folder of result files"], 2),
     ("report --results-md missing", lambda t: ["report", "--results", str(ROOT / "docs" / "results"), "--results-md",
