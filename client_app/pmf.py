@@ -15,7 +15,8 @@ Round (``train`` phase), per client:
 1. start parameters — ``fedca``: its own parameters of the previous round; if it was aggregated
    and the aggregate Q_g[u] is in this message (only when the previous round had no evaluation)
    they are interpolated ρ·own + (1−ρ)·Q_g[u] first (FedCA's ``tools.py:180-214``). ``fedavg``/``fcf``/``fedatt``:
-   its own user vector with the received global item table (and tower). ``local``: its own;
+   its own user vector with the received global item table (and tower; with ``ncf-tower =
+   personal``, FedAvg and FCF, its own tower: only the item table crosses). ``local``: its own;
 2. training rows: every train positive followed by ``num-negatives`` distinct negatives drawn
    from the items the user never interacted with in any split (``neg-pool = uninteracted``; the
    99 evaluation negatives are in that pool, FedCA's ``utils/data.py:101-135``), re-drawn every round;
@@ -27,7 +28,8 @@ Round (``train`` phase), per client:
 4. upload — ``fedca``: ``item.weight`` (+ the tower) and its descriptor ``basis`` X_u
    (k × d: PCA of the item rows of the round's training rows, duplicates included; or with
    ``fedca-subspace = left`` the paper's k left singular vectors of the interacted items' rows,
-   k × |I_u|); the averaging baselines: ``item.weight`` (+ tower); ``local``: nothing.
+   k × |I_u|); the averaging baselines: ``item.weight`` (+ tower, unless ``ncf-tower = personal``);
+   ``local``: nothing.
    ``num-examples`` = the number of training rows (n_u, FedCA's ``engine.py:163``). The user vector never leaves;
 5. evaluation, fused into the reply when the round is evaluated: each user ranks its held-out
    item among its 99 negatives with its own post-training parameters (FedCA's ``engine.py:210-221``);
@@ -112,8 +114,10 @@ class OneUserClient(OneUserBase):
         return params
 
     def upload(self, new: dict[str, np.ndarray], rows, personal) -> dict[str, np.ndarray]:
-        """What it sends after training: the shared parameters (the user vector never leaves)."""
-        return {k: v for k, v in new.items() if not k.startswith("user.")} if self.uploads else {}
+        """What it sends after training: the shared parameters (the user vector never leaves; with
+        ``ncf-tower = personal`` neither does the NCF tower)."""
+        home = ("user.", "mlp.") if self.p.ncf_tower == "personal" else ("user.",)
+        return {k: v for k, v in new.items() if not k.startswith(home)} if self.uploads else {}
 
     # ------------------------------------------------------------------ phases
     def phase_train(self, rnd, state, shared, personal) -> PhaseResult:

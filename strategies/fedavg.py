@@ -29,6 +29,11 @@ from strategies.aggregation import weighted_mean, weighted_mean_rows
 from strategies.base import ClientResult, CorollaStrategy
 
 
+def personal_tower(cfg: dict[str, Any]) -> bool:
+    """``ncf-tower = personal``: the NCF tower stays on each client (the FedCA paper's §3)."""
+    return cfg.get("ncf-tower") == "personal"
+
+
 class FedAvg(CorollaStrategy):
     weighted = True
     counted_phases = ("train",)
@@ -39,7 +44,9 @@ class FedAvg(CorollaStrategy):
 
     def setup(self) -> None:
         if not self.global_params:
-            self.global_params = shared_init(self.cfg, self.n_items)
+            init = shared_init(self.cfg, self.n_items)
+            # ncf-tower = personal (one-user harness): only the item table crosses, each tower stays home
+            self.global_params = {k: v for k, v in init.items() if not (personal_tower(self.cfg) and k.startswith("mlp."))}
 
     def configure_phase(self, phase, rnd, targets):
         return Download(dict(self.global_params))

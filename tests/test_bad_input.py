@@ -102,6 +102,8 @@ ROWS = [
      ["item-upload", "method 'fedca'", "item-upload='full'"], 2),
     ("one-user-eval=global for FedCA", lambda t: ["run", "--preset", "fedca-pmf-ml100k", "--set", "one-user-eval=global"],
      ["one-user-eval", "method 'fedca'", "use 'own'"], 2),
+    ("ncf-tower=personal for FedCA", lambda t: ["run", "--preset", "fedca-ncf-ml100k", "--set", "ncf-tower=personal"],
+     ["ncf-tower", "method 'fedca'", "use 'shared'"], 2),
     ("report --results missing", lambda t: ["report", "--results", str(t / "nowhere"), "--out", str(t / "site")],
      ["--results", "nowhere", "expected a folder of result files"], 2),
     ("report --results-md missing", lambda t: ["report", "--results", str(ROOT / "docs" / "results"), "--results-md",

@@ -23,7 +23,7 @@ def check_one_user_lightgcn(cfg) -> None:
                           "harness='one-user' (its scores need the user's positive rows); use item-upload='full'")
 
 
-PROTOCOL = "Each round the server sends the global shared parameters (the item table, and the NCF tower) once per node; every sampled client trains them with its private user table and uploads the shared parameters with its number of training examples; the server sees each client's trained item table and replaces the global one by their example-weighted mean. On the one-user harness the same happens per user; on the expanded harness the rows are user and item rows of global tables; with the LGCN model only the pooling and predictive MLPs travel (LPSFed's FedAvg row)."
+PROTOCOL = "Each round the server sends the global shared parameters (the item table, and the NCF tower) once per node; every sampled client trains them with its private user table and uploads the shared parameters with its number of training examples; the server sees each client's trained item table and replaces the global one by their example-weighted mean. On the one-user harness the same happens per user (with ncf-tower = personal the NCF tower stays on each client and only the item table crosses); on the expanded harness the rows are user and item rows of global tables; with the LGCN model only the pooling and predictive MLPs travel (LPSFed's FedAvg row)."
 
 METHODS = [
     Method("fedavg", "silo", ("mf", "ncf", "lightgcn"), "strategies.fedavg:FedAvg", "client_app.mf:FedAvgClient",

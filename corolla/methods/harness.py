@@ -20,6 +20,7 @@ ONE_USER_KEYS = {
     "item-upload": Key("full", "one-user harness: each client uploads its whole trained item table ('full', the papers' protocol) or only the rows its round trained, with their ids ('rows': every other row equals the global table it received, so the server rebuilds the same tables; the mean is the same up to float64 rounding; the client keeps no copy of the global table in its state). For methods whose clients start each round from the global table (FedAvg, FCF, PFedRec); what lets them reach tens of thousands of users", ("full", "rows")),
     "lr-eta": Key(80.0, "one-user harness, optimizer = 'sgd' (UFGraphFR's code base: UFGraphFR, GPFedRec, and FedAvg's SGD reading): learning-rate multiplier: item table lr·M·lr-eta − lr, user part lr·lr-eta − lr, the rest lr (the code's lr_eta)"),
     "one-user-eval": Key("own", "one-user harness, methods whose clients start each round from the global item table (FedAvg, FCF, FedAtt): each client is evaluated with its own post-training parameters ('own', FedCA's code, engine.py:210-221) or with the round's aggregate, the global item table (and tower) the server computed, and its own user vector ('global', FedMF's model: one global item model; evaluated with the next round's message)", ("own", "global")),
+    "ncf-tower": Key("shared", "one-user harness, model = 'ncf', methods whose clients start each round from the global item table (FedAvg, FCF): the NCF tower is averaged with the item table and sent back with it ('shared', FedCA's code: tools.py:9-30 aggregates the MLP with the item table's weights) or stays on each client, trained from the shared initialisation, and only the item table crosses ('personal', the FedCA paper's §3: 'we will use item embedding table Q_u to instantiate general Θ_u')", ("shared", "personal")),
     "user-init": Key("per-client", "initial user vectors: seeded per client, or one shared vector for all (FedCA code: a deepcopy of the template model)", ("per-client", "shared")),
 }
 
@@ -55,6 +56,17 @@ def check_one_user(cfg, method):
         if cfg["model"] == "lightgcn":
             raise ConfigError("config key 'one-user-eval': 'global' scores the global table without the user's graph; "
                               "with model='lightgcn' use 'own'")
+    if cfg["ncf-tower"] == "personal":
+        if method.name not in ("fedavg", "fcf"):
+            raise ConfigError(f"config key 'ncf-tower': 'personal' is for the averaging baselines whose clients start "
+                              f"each round from the global item table (fedavg, fcf on harness='one-user'); method "
+                              f"'{method.name}' does not take it, so use 'shared'")
+        if cfg["model"] != "ncf":
+            raise ConfigError(f"config key 'ncf-tower': 'personal' keeps the NCF tower on the client; model="
+                              f"{cfg['model']!r} has no tower, so use 'shared'")
+        if cfg["item-upload"] != "full" or cfg["one-user-eval"] != "own":
+            raise ConfigError("config key 'ncf-tower': 'personal' needs item-upload='full' and one-user-eval='own' "
+                              "(the client's own tower lives in its state and scores its own evaluation)")
     want = {"loss": "bce", "optimizer-state": "fresh", "weight-decay": 0.0, "optimizer": "adam",
             "train-samples": "per-positive", **method.requires}
     for key, value in want.items():
