@@ -29,15 +29,36 @@ if str(ROOT) not in sys.path:
 from corolla.util import atomic_write_text  # noqa: E402
 
 
+def split_comment(command: str) -> tuple[str, str]:
+    """``command`` split before its trailing shell comment: the whitespace and ``#`` that start it
+    outside any quotes, and the rest of the line (``("a 'b # c'", "")``, ``("a", "  # c")``)."""
+    quote, i = None, 0
+    while i < len(command):
+        ch = command[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch == "\\":
+            i += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and i > 0 and command[i - 1].isspace():
+            start = len(command[:i].rstrip())
+            return command[:start], command[start:]
+        i += 1
+    return command, ""
+
+
 def portable(command: str | None) -> str | None:
     """A run's command as the docs write it: ``corolla run ...`` for the launcher however it was
     called, ``--data-dir $COROLLA_DATA`` and ``--out`` / ``--resume runs/<the run folder's name>``;
     a trailing ``  # comment`` is kept as it is."""
     if not command:
         return command
-    m = re.search(r"\s+#\s", command)
-    comment = command[m.start():] if m else ""
-    words = shlex.split(command[:m.start()] if m else command)
+    body, comment = split_comment(command)
+    words = shlex.split(body)
     for i, w in enumerate(words):
         if w == "run" and i > 0:
             words = ["corolla"] + words[i:]

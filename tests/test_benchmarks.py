@@ -585,6 +585,11 @@ def test_result_record_makes_the_command_portable_sets_the_note_and_refuses_bad_
     assert result_record.portable("/v/bin/corolla run --resume /scratch/runs_gp/runs/gp-1 --mode inproc"
                                   "  # resumed after round 40") == (
         "corolla run --resume runs/gp-1 --mode inproc  # resumed after round 40")
+    # a " # " inside a quoted value is the value's, not a comment; "#" inside a word neither
+    assert result_record.portable("corolla run --preset p --set 'note=a # b' --set \"x=#2\" --set y=c#d  # why") == (
+        "corolla run --preset p --set 'note=a # b' --set 'x=#2' --set 'y=c#d'  # why")
+    assert result_record.split_comment("a 'b # c'") == ("a 'b # c'", "")
+    assert result_record.split_comment('a "b \\" # c" d\\ #e  # f') == ('a "b \\" # c" d\\ #e', "  # f")
     with pytest.raises(ValueError, match="--note is empty"):
         result_record.record_summary(summary, dst, "  ")
     with pytest.raises(ValueError, match="no provenance"):
