@@ -32,7 +32,7 @@ from corolla.util import atomic_write_text  # noqa: E402
 def split_comment(command: str) -> tuple[str, str]:
     """``command`` split before its trailing shell comment: the whitespace and ``#`` that start it
     outside any quotes, and the rest of the line (``("a 'b # c'", "")``, ``("a", "  # c")``)."""
-    quote, i = None, 0
+    quote, blank, i = None, False, 0      # blank: the last character was an unquoted, unescaped space
     while i < len(command):
         ch = command[i]
         if quote:
@@ -40,13 +40,14 @@ def split_comment(command: str) -> tuple[str, str]:
                 i += 1
             elif ch == quote:
                 quote = None
+        elif ch == "#" and blank:
+            start = len(command[:i].rstrip())
+            return command[:start], command[start:]
         elif ch == "\\":
             i += 1
         elif ch in "'\"":
             quote = ch
-        elif ch == "#" and i > 0 and command[i - 1].isspace():
-            start = len(command[:i].rstrip())
-            return command[:start], command[start:]
+        blank = quote is None and ch.isspace()
         i += 1
     return command, ""
 
