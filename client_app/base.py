@@ -86,7 +86,7 @@ class LogicalClient:
             return res
         s = self.scores(state, shared, personal, local, None).astype(np.float64)
         return full_rank_metrics(s, fed, self.users[local].tolist(), split, self.ks, cfg["compat-fedcia-metrics"],
-                                 [self.item_mask] * len(local))
+                                 [self.item_mask] * len(local), cfg["test-mask-valid"])
 
     def phase_topk(self, rnd: int, state, shared, personal) -> PhaseResult:
         """Top-K of every hosted user with train and validation items masked."""
@@ -103,16 +103,17 @@ class LogicalClient:
 
 
 def full_rank_metrics(s: np.ndarray, fed, users: list[int], split: str, ks: list[int], fedcia: bool,
-                      item_masks=None) -> dict[str, np.ndarray]:
+                      item_masks=None, mask_valid: bool = True) -> dict[str, np.ndarray]:
     """Per-user full-ranking metrics of the scores ``s`` (float64, one row per user of ``users``;
-    changed in place): each user's train items masked, for test its valid items too, and the items
+    changed in place): each user's train items masked, for test its valid items too (unless
+    ``mask_valid`` is false: the ``test-mask-valid`` key), and the items
     its client does not own (``item_masks[row]``, None: all its own), then
     ``corolla.metrics.full_rank_user_metrics`` against its ``split`` items. The silo harness's
     evaluation and the one-user harness's batched one (``client_app.oneuser``) both rank with it."""
     truth = []
     for row, u in enumerate(users):
         s[row, fed.rows("train", u)] = -np.inf
-        if split == "test":
+        if split == "test" and mask_valid:
             s[row, fed.rows("valid", u)] = -np.inf
         if item_masks is not None and item_masks[row] is not None:
             s[row, ~item_masks[row]] = -np.inf

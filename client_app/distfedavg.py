@@ -123,7 +123,7 @@ class ExpandedClient(LogicalClient):
                     continue
                 s = scores[k:k + 1].copy()
                 s[0, fed.rows("train", c.user)] = -np.inf
-                if split == "test":
+                if split == "test" and c.cfg["test-mask-valid"]:
                     s[0, fed.rows("valid", c.user)] = -np.inf
                 for name, v in M.full_rank_user_metrics(s, [truth], c.ks).items():
                     res[f"{split}/{name}"] = [float(v[0])]

@@ -245,7 +245,7 @@ class LPSFedClient(LogicalClient):
                 for k, row in enumerate(rows):
                     u = int(self.users[row])
                     s[k, self.local_item[fed.rows("train", u)]] = -np.inf   # larger score (smaller R̂) ranks higher
-                    if split == "test":
+                    if split == "test" and self.cfg["test-mask-valid"]:
                         v = self.local_item[fed.rows("valid", u)]
                         s[k, v[v >= 0]] = -np.inf
                     truth.append(truth_all[row][truth_all[row] >= 0])

@@ -125,7 +125,8 @@ def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]
             items = torch.arange(fed.n_items, device=dev).expand(len(part), -1)
             s = np.asarray(score(torch.as_tensor(part, device=dev), items), np.float64).copy()
             res = full_rank_metrics(s, fed, [int(clients[j].users[0]) for j in part], split, ks,
-                                    cfg["compat-fedcia-metrics"], [clients[j].item_mask for j in part])
+                                    cfg["compat-fedcia-metrics"], [clients[j].item_mask for j in part],
+                                    cfg["test-mask-valid"])
             for r, j in enumerate(part):
                 for k, v in res.items():
                     out[j][f"{split}/{k}"] = [float(v[r])]

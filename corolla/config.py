@@ -66,6 +66,7 @@ CORE: dict[str, Key] = {
     "compat-fedcia-metrics": Key(False, "also report FedCIA's set-ordered MRR/NDCG with hits-only IDCG and F1 of means"),
     "compat-ties-against-positive": Key(False, "also report loo metrics with ties ranked against the positive (FedCA/UFGraphFR code)"),
     "compat-select-on-test": Key(False, "also report the paper's test-selected round (best test metric, '>=')"),
+    "test-mask-valid": Key(True, "protocol=full-rank: at test, mask each user's validation items as well as its train items (false: only its train items, so validation items stay in the test ranking as non-relevant items, as codes that rank the test against everything not trained on do)"),
     "select-metric": Key("ndcg@10", "validation metric that selects the reported round"),
     "select-tie": Key("first", "which of equal validation values wins: 'first' (strict >) or 'last' (>=)", ("first", "last")),
     "patience": Key(0, "stop after this many rounds without validation improvement (0 = never)"),
@@ -329,6 +330,9 @@ def validate(cfg: dict[str, Any]) -> None:
     r = float_list(cfg, "split-ratios")
     if len(r) != 3 or any(x < 0 for x in r) or abs(sum(r) - 1.0) > 1e-6:
         raise ConfigError(f"config key 'split-ratios': expected three non-negative fractions summing to 1, got {cfg['split-ratios']!r}")
+    if not cfg["test-mask-valid"] and cfg["protocol"] != "full-rank":
+        raise ConfigError(f"config key 'test-mask-valid': applies to protocol='full-rank' (leave-one-out ranks the "
+                          f"held-out item against its sampled negatives only), got protocol={cfg['protocol']!r}")
     name, _, k = cfg["select-metric"].partition("@")
     if name not in ("hr", "precision", "recall", "f1", "mrr", "ndcg") or not k.isdigit():
         raise ConfigError(f"config key 'select-metric': expected '<hr|precision|recall|f1|mrr|ndcg>@K', got {cfg['select-metric']!r}")
