@@ -11,6 +11,15 @@ neighbour sets. Writes a JSON file with every number.
 
     python benchmarks/ufgraphfr_graph_noise.py runs/ufgraphfr-ml100k \
         --eps 0.05,0.1,0.2,0.3,0.4 --out docs/results/ufgraphfr-ml100k+graph-noise.json
+
+The authors' code's clients, dumped by the patched run of ``benchmarks/ufgraphfr_authors.md``
+("What the authors' user graph carries": ``wu.r<round>.npz`` with the clean W_u of every user,
+``w``, and its text vector, ``text``), are read the same way with ``--authors-dump FILE`` in
+place of the run; the graph is then the code's own (``graph-mode = reference``, threshold 1.0 on
+the mean cosine distance: ``utils.py`` ``select_topk_neighboehood``)::
+
+    python benchmarks/ufgraphfr_graph_noise.py --authors-dump wu.r100.npz \
+        --out docs/results/ufgraphfr-authors-ml100k+graph-noise.json
 """
 
 from __future__ import annotations
@@ -50,6 +59,17 @@ def load_uploads(run: str, rnd: int | None) -> tuple[np.ndarray, np.ndarray, int
     return np.asarray(w, np.float64), np.asarray(t, np.float64), rnd
 
 
+def load_authors_dump(path: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """The clean W_u (users × 32·384) and text vectors of the authors' patched code's dump."""
+    m = re.search(r"r(\d+)\.npz$", path)
+    try:
+        a = np.load(path)
+        w, t = np.asarray(a["w"], np.float64), np.asarray(a["text"], np.float64)
+    except (OSError, KeyError, ValueError) as e:
+        raise SystemExit(f"--authors-dump {path}: expected an .npz with arrays 'w' and 'text' ({e})")
+    return w, t, int(m.group(1)) if m else 0
+
+
 def compare(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     """Agreement of two graphs on the user pairs (i ≠ j), the mean Jaccard index of the rows'
     neighbour sets, and the agreement two independent graphs with the same row densities would
@@ -65,7 +85,8 @@ def compare(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run")
+    ap.add_argument("run", nargs="?", default=None, help="a finished Corolla run (omit with --authors-dump)")
+    ap.add_argument("--authors-dump", default=None, help="wu.r<round>.npz of the authors' patched code (arrays w, text)")
     ap.add_argument("--round", type=int, default=None, help="the saved round to read (default: the latest)")
     ap.add_argument("--eps", default="0.05,0.1,0.2,0.3,0.4", help="comma-separated Laplace scales")
     ap.add_argument("--seed", type=int, default=0)
@@ -75,10 +96,17 @@ def main(argv=None) -> None:
         eps = [float(x) for x in args.eps.split(",") if x]
     except ValueError:
         raise SystemExit(f"--eps: expected comma-separated numbers, got {args.eps!r}")
-    cfg = json.load(open(os.path.join(args.run, "config.json")))["config"]
-    mode, size, thr = cfg["graph-mode"], int(cfg["neighborhood-size"]), float(cfg["neighborhood-threshold"])
+    if (args.run is None) == (args.authors_dump is None):
+        raise SystemExit("expected a run folder or --authors-dump FILE (one of them)")
+    if args.authors_dump:
+        mode, size, thr = "reference", 0, 1.0   # the authors' code: threshold on the mean cosine distance
+        w, text, rnd = load_authors_dump(args.authors_dump)
+        args.run = args.authors_dump
+    else:
+        cfg = json.load(open(os.path.join(args.run, "config.json")))["config"]
+        mode, size, thr = cfg["graph-mode"], int(cfg["neighborhood-size"]), float(cfg["neighborhood-threshold"])
+        w, text, rnd = load_uploads(args.run, args.round)
     links = lambda x: build_graph(x, mode, size, thr) > 0
-    w, text, rnd = load_uploads(args.run, args.round)
     g = np.random.default_rng(args.seed)
     clean = links(w)
     out = {"run": args.run, "round": rnd, "clients": len(w), "graph-mode": mode,

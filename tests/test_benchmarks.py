@@ -209,6 +209,27 @@ def test_graph_noise_agreement_is_one_without_noise_and_chance_with_much(tmp_pat
     assert abs(r["noisy"]["100.0"]["agreement"] - r["noisy"]["100.0"]["chance_agreement"]) < 0.05
 
 
+def test_graph_noise_reads_the_authors_dump_with_the_codes_graph(tmp_path):
+    """``--authors-dump``: the same numbers from the authors' patched code's wu.r<round>.npz (arrays
+    w and text), with the code's threshold graph; a run folder and a dump together are refused."""
+    g = np.random.default_rng(1)
+    centres = g.standard_normal((3, 32 * 384))
+    w = np.stack([centres[c % 3] + 0.01 * g.standard_normal(32 * 384) for c in range(45)]).astype(np.float32)
+    dump = tmp_path / "wu.r7.npz"
+    np.savez(dump, users=np.arange(45), w=w, text=g.standard_normal((45, 384)).astype(np.float32))
+    out = tmp_path / "noise.json"
+    script = str(ROOT / "benchmarks" / "ufgraphfr_graph_noise.py")
+    subprocess.run([sys.executable, script, "--authors-dump", str(dump), "--eps", "0.0001,100", "--out", str(out)],
+                   check=True, capture_output=True, text=True)
+    r = json.loads(out.read_text())
+    assert r["round"] == 7 and r["clients"] == 45 and r["graph-mode"] == "reference"
+    assert r["noisy"]["0.0001"]["agreement"] == 1.0
+    assert abs(r["noisy"]["100.0"]["agreement"] - r["noisy"]["100.0"]["chance_agreement"]) < 0.05
+    both = subprocess.run([sys.executable, script, str(tmp_path), "--authors-dump", str(dump)],
+                          capture_output=True, text=True)
+    assert both.returncode != 0 and "one of them" in both.stderr
+
+
 def test_authors_loo_check_maps_ids_and_counts_differences(tmp_path, data_dir):
     """The checker's mapping and counting, with a stand-in for the authors' interpreter that prints
     our own evaluation data in the authors' raw-id form (then one user's negative is changed)."""
