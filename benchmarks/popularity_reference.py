@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
             if not dataset:
                 raise SystemExit(f"{spec}: expected PRESET:TABLE_ID:DATASET")
             ref["table"] = {"id": table_id, "dataset": dataset, "rows": compare(ref, table_id, dataset)}
-        report["presets"][preset] = ref
+        report["presets"][spec] = ref   # one preset may stand beside several tables
         test = ref["test"]
         flat = test.get("ties-against-positive", test)
         shown = {k: v for k, v in flat.items() if k.split("@")[0].split(":")[-1] in ("hr", "ndcg", "mrr", "f1")

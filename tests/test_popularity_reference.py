@@ -90,7 +90,7 @@ def test_the_command_on_a_preset_equals_a_brute_force_count(tmp_path, data_dir):
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "popularity_reference.py"), "--data-dir", str(data_dir),
                     "fedavg-pmf-ml100k:fedca-t1-pmf:ML-100K", "--json", str(out)],
                    check=True, capture_output=True, text=True)
-    r = json.loads(out.read_text())["presets"]["fedavg-pmf-ml100k"]
+    r = json.loads(out.read_text())["presets"]["fedavg-pmf-ml100k:fedca-t1-pmf:ML-100K"]
     from corolla.config import resolve
     from corolla.data import build_federation
     fed = build_federation(resolve("fedavg-pmf-ml100k"), str(data_dir))
