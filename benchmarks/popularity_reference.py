@@ -11,8 +11,8 @@ resolved preset; no model, no training).
   held-out item's count ranks above it), the rule of the pandas ranking in the NCF-lineage codes
   (negatives listed first, ``rank(method='first')``) and of the presets' ``compat-ties-against-positive``;
 * full-ranking presets: every item scored, the user's train items masked (and its validation items
-  for test), the items its client does not own masked on a spectral partition, as the clients'
-  ``client_app.base.full_rank_metrics`` does; equal counts ordered by item index
+  for test unless the preset's ``test-mask-valid`` is false), the items its client does not own
+  masked on a spectral partition, as the clients' ``client_app.base.full_rank_metrics`` does; equal counts ordered by item index
   (``corolla.metrics.top_k``); the preset's own reported metrics (``aggregate``: with
   ``compat-fedcia-metrics`` FedCIA's set-ordered MRR / NDCG and F1 of the means).
 
@@ -68,7 +68,7 @@ def loo_popularity(fed: Federation, pop: np.ndarray, split: str, ks: list[int],
 
 
 def full_rank_popularity(fed: Federation, pop: np.ndarray, split: str, ks: list[int],
-                         fedcia: bool) -> dict[str, float]:
+                         fedcia: bool, mask_valid: bool = True) -> dict[str, float]:
     """The preset's full-ranking metrics of the popularity scores (both dicts of ``aggregate``:
     plain and paper-compatible) over the users with a ``split`` item."""
     users = [u for u in range(fed.n_users) if len(fed.rows(split, u))]
@@ -77,7 +77,7 @@ def full_rank_popularity(fed: Federation, pop: np.ndarray, split: str, ks: list[
         owner = {int(u): c for c, us in enumerate(fed.clients) for u in us}
         masks = [fed.item_owner == owner[u] for u in users]
     s = np.tile(pop, (len(users), 1))
-    per = full_rank_metrics(s, fed, users, split, ks, fedcia, masks)
+    per = full_rank_metrics(s, fed, users, split, ks, fedcia, masks, mask_valid)
     plain, compat = aggregate(per, ks)
     return {**plain, **{f"compat:{k}": v for k, v in compat.items()}, "users": len(users)}
 
@@ -94,7 +94,8 @@ def reference(cfg: dict[str, Any], data_dir: str | None) -> dict[str, Any]:
             out[split] = {"ties-uniform": loo_popularity(fed, pop, split, ks, False),
                           "ties-against-positive": loo_popularity(fed, pop, split, ks, True)}
         else:
-            out[split] = full_rank_popularity(fed, pop, split, ks, bool(cfg.get("compat-fedcia-metrics")))
+            out[split] = full_rank_popularity(fed, pop, split, ks, bool(cfg.get("compat-fedcia-metrics")),
+                                              bool(cfg.get("test-mask-valid", True)))
     return out
 
 

@@ -67,6 +67,19 @@ def test_full_ranking_masks_train_and_at_test_validation_items():
     assert valid["users"] == 1 and valid["hr@1"] == 1.0
 
 
+def test_full_ranking_keeps_validation_items_in_the_test_ranking_when_the_preset_says_so():
+    pr = _module()
+    # counts: item 0: 3, item 1: 2, item 2: 1, item 3: 0; only user 2 has validation (1) and test (2) items
+    fed = _fed([[0, 1, 2], [0, 1], [0]], [[], [], [1]], [[], [], [2]], 4)
+    pop = pr.item_popularity(fed)
+    masked = pr.full_rank_popularity(fed, pop, "test", [1, 2], False)
+    kept = pr.full_rank_popularity(fed, pop, "test", [1, 2], False, mask_valid=False)
+    assert masked["users"] == kept["users"] == 1
+    assert masked["hr@1"] == 1.0                                  # 0, 1 masked: item 2 first
+    assert kept["hr@1"] == 0.0 and kept["hr@2"] == 1.0            # item 1 (validation) first, item 2 second
+    assert kept["ndcg@2"] == pytest.approx(1 / math.log2(3))
+
+
 def test_the_paper_rows_below_the_reference_follow_the_tables_source(tmp_path):
     pr = _module()
     cat = tmp_path / "tables.toml"
