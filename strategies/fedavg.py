@@ -29,11 +29,6 @@ from strategies.aggregation import weighted_mean, weighted_mean_rows
 from strategies.base import ClientResult, CorollaStrategy
 
 
-def personal_tower(cfg: dict[str, Any]) -> bool:
-    """``ncf-tower = personal``: the NCF tower stays on each client (the FedCA paper's §3)."""
-    return cfg.get("ncf-tower") == "personal"
-
-
 class FedAvg(CorollaStrategy):
     weighted = True
     counted_phases = ("train",)
@@ -45,8 +40,10 @@ class FedAvg(CorollaStrategy):
     def setup(self) -> None:
         if not self.global_params:
             init = shared_init(self.cfg, self.n_items)
-            # ncf-tower = personal (one-user harness): only the item table crosses, each tower stays home
-            self.global_params = {k: v for k, v in init.items() if not (personal_tower(self.cfg) and k.startswith("mlp."))}
+            # ncf-tower = personal (a one-user harness key; the silo harness has none): only the item
+            # table crosses, each tower stays home (the FedCA paper's §3), as the client's upload does
+            personal = getattr(self.p, "ncf_tower", "shared") == "personal"
+            self.global_params = {k: v for k, v in init.items() if not (personal and k.startswith("mlp."))}
 
     def configure_phase(self, phase, rnd, targets):
         return Download(dict(self.global_params))
