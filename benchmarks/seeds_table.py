@@ -1,6 +1,7 @@
 """Mean ± standard deviation over seeds of recorded summaries, one markdown row per group.
 
-Each group is a label and a glob of ``docs/results/*.json`` summaries (one per seed); the row
+Each group is a label and a glob of ``docs/results/*.json`` summaries (one per seed; several globs
+joined by ``|``, their files' union, for seed 0's file named without ``+seed=0``); the row
 gives the number of runs, the validation-selected test metrics as mean ± sample standard
 deviation (ddof = 1), the rounds run, the wall time and the bytes per round. Used for the
 Dist-FedAvg tables of ``docs/results.md``::
@@ -52,7 +53,7 @@ def row(label: str, files: list[str], metrics: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("groups", nargs="+", help="LABEL=GLOB of summary JSON files, one per seed")
+    ap.add_argument("groups", nargs="+", help="LABEL=GLOB[|GLOB...] of summary JSON files, one per seed")
     ap.add_argument("--metrics", default="hr@10,ndcg@10")
     a = ap.parse_args(argv)
     metrics = [m.strip() for m in a.metrics.split(",") if m.strip()]
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         label, sep, pattern = g.partition("=")
         if not sep or not pattern:
             raise SystemExit(f"seeds_table: group {g!r}: expected LABEL=GLOB")
-        files = sorted(glob.glob(pattern))
+        files = sorted({f for p in pattern.split("|") for f in glob.glob(p)})
         if not files:
             print(f"| {label} | 0 | " + " | ".join("—" for _ in metrics) + " | — | — | — |")
             continue

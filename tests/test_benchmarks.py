@@ -162,6 +162,12 @@ def test_seeds_table_mean_and_sample_std_by_hand(tmp_path):
     # mean 0.72, sample std sqrt(((-.02)² + 0 + .02²) / 2) = 0.02; NDCG constant: std 0
     assert rows[0] == "| M | 3 | 0.7200 ± 0.0200 | 0.1000 ± 0.0000 | 10–20 | 60 | 2.0 / 4.0 |"
     assert rows[1].startswith("| none | 0 |")
+    # seed 0 named without "+seed=0": two globs joined by '|', a file matched by both counted once
+    (tmp_path / "m+seed=0.json").rename(tmp_path / "m.json")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seeds_table.py"),
+                        f"M={tmp_path}/m.json|{tmp_path}/m+seed=[0-9].json|{tmp_path}/m*.json"],
+                       capture_output=True, text=True, check=True)
+    assert "| M | 3 | 0.7200 ± 0.0200 |" in p.stdout
     (tmp_path / "bad.json").write_text(json.dumps({"status": "failed"}))
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seeds_table.py"), f"B={tmp_path}/bad.json"],
                        capture_output=True, text=True)
