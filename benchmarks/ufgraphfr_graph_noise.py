@@ -13,7 +13,7 @@ neighbour sets. Writes a JSON file with every number.
         --eps 0.05,0.1,0.2,0.3,0.4 --out docs/results/ufgraphfr-ml100k+graph-noise.json
 
 The authors' code's clients, dumped by the patched run of ``benchmarks/ufgraphfr_authors.md``
-("What the authors' user graph carries": ``wu.r<round>.npz`` with the clean W_u of every user,
+("The user graph": ``wu.r<round>.npz`` with the clean W_u of every user,
 ``w``, and its text vector, ``text``), are read the same way with ``--authors-dump FILE`` in
 place of the run; the graph is then the code's own (``graph-mode = reference``, threshold 1.0 on
 the mean cosine distance: ``utils.py`` ``select_topk_neighboehood``)::
