@@ -16,9 +16,14 @@ resolved preset; no model, no training).
   (``corolla.metrics.top_k``); the preset's own reported metrics (``aggregate``: with
   ``compat-fedcia-metrics`` FedCIA's set-ordered MRR / NDCG and F1 of the means).
 
-With ``--table ID:DATASET`` (a table of ``corolla/report/paper_tables.toml`` and one of its
+With ``PRESET:TABLE_ID:DATASET`` (a table of ``corolla/report/paper_tables.toml`` and one of its
 datasets) the paper's rows of that table are set beside the reference: a row whose every number
 is below item popularity reports a model that ranks the held-out items worse than counting them.
+
+With ``--topk-run RUN`` (a run's ``--out`` folder made with ``--export-topk K``: each user's top-K
+with train and validation items masked, from the run's last round) the run's lists are compared
+item by item with popularity's top-K under the same masks: the mean share of each user's K items
+that popularity also puts in its top K, and the share of users whose two lists hold the same items.
 
     python benchmarks/popularity_reference.py --data-dir $COROLLA_DATA \\
         fedavg-pmf-ml100k:fedca-t1:ML-100K fedavg-ncf-ml100k:fedca-t1-ncf:ML-100K ... \\
@@ -82,6 +87,41 @@ def full_rank_popularity(fed: Federation, pop: np.ndarray, split: str, ks: list[
     return {**plain, **{f"compat:{k}": v for k, v in compat.items()}, "users": len(users)}
 
 
+def popularity_topk(fed: Federation, pop: np.ndarray, u: int, k: int) -> list[int]:
+    """Popularity's top-k for user ``u`` with its train and validation items masked (as the clients'
+    ``phase_topk``), equal counts by item index."""
+    s = pop.copy()
+    s[fed.rows("train", u)] = -np.inf
+    s[fed.rows("valid", u)] = -np.inf
+    return np.argsort(-s, kind="stable")[:k].tolist()
+
+
+def topk_overlap(tops: dict[int, list[int]], fed: Federation, pop: np.ndarray) -> dict[str, float]:
+    """Mean share of each user's exported top-K that is also in popularity's top-K, and the share
+    of users whose two top-K sets are equal."""
+    if not tops:
+        raise ConfigError("--topk-run: the run exported no top-K lists")
+    shares, same = [], []
+    for u, items in tops.items():
+        ref = set(popularity_topk(fed, pop, u, len(items)))
+        shares.append(len(ref & set(items)) / len(items))
+        same.append(ref == set(items))
+    return {"users": len(tops), "k": len(next(iter(tops.values()))), "overlap": float(np.mean(shares)),
+            "same_set": float(np.mean(same))}
+
+
+def read_topk_run(run: Path, data_dir: str | None) -> dict[str, Any]:
+    for name in ("config.json", "topk.jsonl"):
+        if not (run / name).is_file():
+            raise ConfigError(f"--topk-run {run}: no {name} (expected a run's --out folder made with --export-topk)")
+    cfg = json.loads((run / "config.json").read_text())["config"]
+    tops = {int(r["user"]): [int(i) for i in r["items"]]
+            for r in map(json.loads, (run / "topk.jsonl").read_text().splitlines())}
+    fed = build_federation(cfg, data_dir)
+    return {"run": str(run), "preset": cfg.get("preset"), "method": cfg.get("method"), "seed": cfg.get("seed"),
+            "rounds": cfg.get("num-rounds"), **topk_overlap(tops, fed, item_popularity(fed))}
+
+
 def reference(cfg: dict[str, Any], data_dir: str | None) -> dict[str, Any]:
     fed = build_federation(cfg, data_dir)
     pop = item_popularity(fed)
@@ -141,7 +181,9 @@ def compare(ref: dict[str, Any], table_id: str, dataset: str, catalogue: Path = 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("presets", nargs="+", help="PRESET or PRESET:TABLE_ID:DATASET (a paper table to set beside it)")
+    ap.add_argument("presets", nargs="*", help="PRESET or PRESET:TABLE_ID:DATASET (a paper table to set beside it)")
+    ap.add_argument("--topk-run", action="append", default=[], metavar="RUN",
+                    help="a run folder made with --export-topk: compare its top-K lists with popularity's")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset key")
     ap.add_argument("--json", default=None, help="write every number here")
@@ -168,6 +210,13 @@ def main(argv: list[str] | None = None) -> None:
         for r in ref.get("table", {}).get("rows", []):
             if r["below"]:
                 print(f"  below popularity: {table} {r['method']} {r['paper']}")
+    if not args.presets and not args.topk_run:
+        raise SystemExit("expected PRESET[:TABLE_ID:DATASET] arguments or --topk-run RUN")
+    for run in args.topk_run:
+        r = read_topk_run(Path(run), args.data_dir)
+        report.setdefault("topk_runs", []).append(r)
+        print(f"{run} ({r['method']}, {r['users']} users, top-{r['k']}): {r['overlap']:.3f} of each list is "
+              f"in popularity's top-{r['k']}; {r['same_set']:.3f} of the users have the same {r['k']} items")
     if args.json:
         atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
 

@@ -115,3 +115,18 @@ def test_the_command_on_a_preset_equals_a_brute_force_count(tmp_path, data_dir):
             for u in range(fed.n_users)]
     assert r["test"]["ties-against-positive"]["hr@10"] == pytest.approx(np.mean(hits))
     assert {row["method"] for row in r["table"]["rows"]} >= {"Local", "FedAvg", "FedCA"}
+
+
+def test_top_k_lists_compared_with_popularitys_under_the_same_masks():
+    pr = _module()
+    # counts: item 0: 3, item 1: 2, item 2: 1, items 3 and 4: 0
+    fed = _fed([[0, 1], [0, 1, 2], [0]], [[], [], [1]], [[2], [3, 4], [3]], 5)
+    pop = pr.item_popularity(fed)
+    assert pr.popularity_topk(fed, pop, 2, 2) == [2, 3]          # 0 (train), 1 (validation) masked; 3 before 4
+    r = pr.topk_overlap({0: [2, 3], 1: [4, 3], 2: [4, 2]}, fed, pop)
+    # user 0: popularity [2, 3] (same set); user 1: [3, 4] (same set); user 2: [2, 3] against {4, 2}: half
+    assert r["users"] == 3 and r["k"] == 2
+    assert r["overlap"] == pytest.approx((1 + 1 + 0.5) / 3)
+    assert r["same_set"] == pytest.approx(2 / 3)
+    with pytest.raises(Exception, match="no top-K"):
+        pr.topk_overlap({}, fed, pop)
