@@ -52,7 +52,29 @@ from corolla.metrics import aggregate, loo_user_metrics  # noqa: E402
 from corolla.report.board import _parse_values  # noqa: E402
 from corolla.util import atomic_write_text  # noqa: E402
 
-CATALOGUE = Path(__file__).resolve().parents[1] / "corolla" / "report" / "paper_tables.toml"
+ROOT = Path(__file__).resolve().parents[1]
+CATALOGUE = ROOT / "corolla" / "report" / "paper_tables.toml"
+BLOCK = 1024   # users scored at a time in full ranking
+
+
+def command_line(argv: list[str]) -> str:
+    """This command as the docs write it: ``--data-dir $COROLLA_DATA``, ``--json`` relative to the
+    checkout when it lies inside it."""
+    out, i = ["python", "benchmarks/popularity_reference.py"], 0
+    while i < len(argv):
+        w = argv[i]
+        if w in ("--data-dir", "--json") and i + 1 < len(argv):
+            v = argv[i + 1]
+            if w == "--data-dir":
+                v = "$COROLLA_DATA"
+            elif Path(v).resolve().is_relative_to(ROOT):
+                v = str(Path(v).resolve().relative_to(ROOT))
+            out += [w, v]
+            i += 2
+            continue
+        out.append(w)
+        i += 1
+    return " ".join(out)
 
 
 def item_popularity(fed: Federation) -> np.ndarray:
@@ -81,9 +103,14 @@ def full_rank_popularity(fed: Federation, pop: np.ndarray, split: str, ks: list[
     if fed.item_owner is not None:
         owner = {int(u): c for c, us in enumerate(fed.clients) for u in us}
         masks = [fed.item_owner == owner[u] for u in users]
-    s = np.tile(pop, (len(users), 1))
-    per = full_rank_metrics(s, fed, users, split, ks, fedcia, masks, mask_valid)
-    plain, compat = aggregate(per, ks)
+    per: dict[str, list[np.ndarray]] = {}
+    for a in range(0, len(users), BLOCK):   # a block of users at a time: n_users x n_items never held
+        part = users[a:a + BLOCK]
+        s = np.tile(pop, (len(part), 1))
+        res = full_rank_metrics(s, fed, part, split, ks, fedcia, masks[a:a + BLOCK] if masks else None, mask_valid)
+        for k, v in res.items():
+            per.setdefault(k, []).append(v)
+    plain, compat = aggregate({k: np.concatenate(v) for k, v in per.items()}, ks)
     return {**plain, **{f"compat:{k}": v for k, v in compat.items()}, "users": len(users)}
 
 
@@ -118,7 +145,8 @@ def read_topk_run(run: Path, data_dir: str | None) -> dict[str, Any]:
     tops = {int(r["user"]): [int(i) for i in r["items"]]
             for r in map(json.loads, (run / "topk.jsonl").read_text().splitlines())}
     fed = build_federation(cfg, data_dir)
-    return {"run": str(run), "preset": cfg.get("preset"), "method": cfg.get("method"), "seed": cfg.get("seed"),
+    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+    return {"run": run.name, "preset": summary.get("preset"), "method": cfg.get("method"), "seed": cfg.get("seed"),
             "rounds": cfg.get("num-rounds"), **topk_overlap(tops, fed, item_popularity(fed))}
 
 
@@ -189,8 +217,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", default=None, help="write every number here")
     args = ap.parse_args(argv)
     over = parse_overrides(args.set)
-    report: dict[str, Any] = {"command": "python benchmarks/popularity_reference.py " + " ".join(
-        (argv if argv is not None else sys.argv[1:])), "presets": {}}
+    report: dict[str, Any] = {"command": command_line(list(argv if argv is not None else sys.argv[1:])),
+                              "presets": {}}
     for spec in args.presets:
         preset, _, table = spec.partition(":")
         cfg = resolve(preset, over)

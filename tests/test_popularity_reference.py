@@ -130,3 +130,19 @@ def test_top_k_lists_compared_with_popularitys_under_the_same_masks():
     assert r["same_set"] == pytest.approx(2 / 3)
     with pytest.raises(Exception, match="no top-K"):
         pr.topk_overlap({}, fed, pop)
+
+
+def test_full_ranking_by_blocks_of_users_equals_one_block(monkeypatch):
+    pr = _module()
+    fed = _fed([[0, 1], [0, 1, 2], [0]], [[], [], [1]], [[2], [3, 4], [3]], 5)
+    pop = pr.item_popularity(fed)
+    whole = pr.full_rank_popularity(fed, pop, "test", [1, 2], False)
+    monkeypatch.setattr(pr, "BLOCK", 1)
+    assert pr.full_rank_popularity(fed, pop, "test", [1, 2], False) == whole
+
+
+def test_the_recorded_command_names_the_data_folder_as_the_docs_do(tmp_path):
+    pr = _module()
+    cmd = pr.command_line(["--data-dir", "/somewhere/datasets", "p:t:D", "--json", str(ROOT / "docs" / "x.json")])
+    assert cmd == "python benchmarks/popularity_reference.py --data-dir $COROLLA_DATA p:t:D --json docs/x.json"
+    assert pr.command_line(["--json", str(tmp_path / "y.json")]).endswith(str(tmp_path / "y.json"))
