@@ -78,7 +78,12 @@ class RunWatch:
         found.update({q.pid: q for q in table.values() if q.sid == self.proc.pid and q.alive})
         found.pop(self.proc.pid, None)
         for pid, q in found.items():
-            self.seen.setdefault(pid, q)
+            old = self.seen.get(pid)
+            # a child sampled between its fork and its exec shows its parent's command line (a
+            # ServerApp forked by the SuperExec read as "flower-superexec"): the same process (same
+            # start time) seen again keeps its latest program
+            if old is None or (old.start == q.start and old.cmd != q.cmd):
+                self.seen[pid] = q
 
     def _watch(self) -> None:
         while not self.done.is_set() and self.proc.poll() is None:
