@@ -118,18 +118,22 @@ def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]
     fed, cfg = clients[0].fed, clients[0].cfg
     ks, dev = clients[0].ks, clients[0].device
     out: list[dict[str, list[float]]] = [{} for _ in clients]
-    for split in ("valid", "test"):
-        rows = [j for j, c in enumerate(clients) if len(fed.rows(split, int(c.users[0])))]
-        for a in range(0, len(rows), FULL_RANK_CHUNK):
-            part = rows[a:a + FULL_RANK_CHUNK]
-            items = torch.arange(fed.n_items, device=dev).expand(len(part), -1)
-            s = np.asarray(score(torch.as_tensor(part, device=dev), items), np.float64).copy()
-            res = full_rank_metrics(s, fed, [int(clients[j].users[0]) for j in part], split, ks,
-                                    cfg["compat-fedcia-metrics"], [clients[j].item_mask for j in part],
+    has = {split: [len(fed.rows(split, int(c.users[0]))) > 0 for c in clients] for split in ("valid", "test")}
+    rows = [j for j in range(len(clients)) if has["valid"][j] or has["test"][j]]
+    for a in range(0, len(rows), FULL_RANK_CHUNK):   # each client scored once, ranked for both splits
+        part = rows[a:a + FULL_RANK_CHUNK]
+        items = torch.arange(fed.n_items, device=dev).expand(len(part), -1)
+        scores = np.asarray(score(torch.as_tensor(part, device=dev), items), np.float64)
+        for split in ("valid", "test"):
+            sel = [r for r, j in enumerate(part) if has[split][j]]
+            if not sel:
+                continue
+            res = full_rank_metrics(scores[sel], fed, [int(clients[part[r]].users[0]) for r in sel], split, ks,
+                                    cfg["compat-fedcia-metrics"], [clients[part[r]].item_mask for r in sel],
                                     cfg["test-mask-valid"])
-            for r, j in enumerate(part):
+            for i, r in enumerate(sel):
                 for k, v in res.items():
-                    out[j][f"{split}/{k}"] = [float(v[r])]
+                    out[part[r]][f"{split}/{k}"] = [float(v[i])]
     return out
 
 
@@ -155,16 +159,44 @@ def without_table(new: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in new.items() if k not in ("item.weight", "item.ids")}
 
 
-def rows_scorer(trained: list[dict[str, np.ndarray]], base: np.ndarray, device, make_scorer: Callable):
+def rows_scorer(trained: list[dict[str, np.ndarray]], base: np.ndarray, device, make_scorer: Callable,
+                table_scorer: Callable | None = None):
     """A scorer for :func:`evaluate_stacked` over states holding trained rows only: client j's
     candidate rows are its trained rows where it has them, else ``base`` (the global table it
-    started from). ``make_scorer(params)`` is the method's scorer on stacked params."""
+    started from). ``make_scorer(params)`` is the method's scorer on stacked params.
+
+    ``table_scorer(personal, table)`` (optional): the method's sigmoid scores of stacked clients
+    (``personal``: their parameters but the item table) on every row of one shared ``table``
+    (M × d), as a clients × M tensor. With it, full ranking scores the clients on ``base`` once
+    (matrix products, no clients × M × d copy of the table) and then overwrites each client's own
+    trained rows with ``make_scorer``'s scores of them: the same scores up to float32 rounding
+    (29,858 Gowalla users: minutes instead of most of an hour per evaluation)."""
     import torch
 
     names = [k for k in trained[0] if k != "item.ids"]
+    base_t = None
+
+    def full_table(jj):
+        nonlocal base_t
+        if base_t is None:
+            base_t = torch.as_tensor(base, device=device).float()
+        personal = stack([trained[j] for j in jj], [k for k in names if k != "item.weight"], device)
+        with torch.no_grad():
+            s = table_scorer(personal, base_t).cpu().numpy().astype(np.float32)
+        zero = torch.zeros(1, dtype=torch.long, device=device)
+        for r, j in enumerate(jj):
+            ids = trained[j]["item.ids"]
+            if len(ids):
+                own = stack([{**{k: trained[j][k] for k in names if k != "item.weight"},
+                              "item.weight": trained[j]["item.weight"]}], names, device)
+                s[r, ids] = make_scorer(own)(zero, torch.arange(len(ids), device=device)[None])[0]
+        return s
 
     def score(idx, items):
         jj, it = idx.cpu().numpy(), items.cpu().numpy()
+        if (table_scorer is not None and it.shape[1] == len(base)
+                and np.array_equal(it[0], np.arange(len(base))) and (it == it[0]).all()):
+            return full_table(jj)
         emb = base[it]                                   # clients × candidates × d (a copy)
         subs = []
         for r, j in enumerate(jj):

@@ -24,7 +24,7 @@ from client_app.oneuser import (OneUserBase, evaluate_stacked, evaluated, round_
                                 rows_upload, without_table)
 from corolla.methods.pfedrec import parse_layers
 from corolla.models.pfedrec import pfedrec_init
-from corolla.models.stacked import pfedrec_probs, stack, train_pfedrec_stacked, train_users
+from corolla.models.stacked import pfedrec_probs, pfedrec_table_probs, stack, train_pfedrec_stacked, train_users
 
 UPLOAD = ("item.weight", "affine.bias")
 
@@ -59,7 +59,8 @@ class PFedRecClient(OneUserBase):
         if not evaluated(cfg, rnd):
             evals = [{}] * len(clients)
         elif sparse:
-            evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, pfedrec_scorer))
+            evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, pfedrec_scorer,
+                                                          pfedrec_table_probs_of))
         else:
             evals = evaluate_stacked(clients, pfedrec_scorer(stack(trained, list(trained[0]), dev)))
         return [PhaseResult(payload=rows_upload(new, UPLOAD) if sparse else {k: new[k] for k in UPLOAD},
@@ -83,6 +84,12 @@ def _shared_init(n_items: int, dim: int, std: float, seed: int, layers: tuple[in
     """:func:`pfedrec_init` once per node (its draws are the same for every client; the score
     function comes after the table in the generator, so the table is drawn anyway)."""
     return pfedrec_init(n_items, dim, std, seed, layers)
+
+
+def pfedrec_table_probs_of(personal, table):
+    """:func:`client_app.oneuser.rows_scorer`'s full-ranking form: each client's score function
+    on every row of the global table."""
+    return pfedrec_table_probs(table, {k: v for k, v in personal.items() if k.startswith(("tower.", "affine."))})
 
 
 def pfedrec_scorer(params):

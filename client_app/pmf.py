@@ -139,7 +139,8 @@ class OneUserClient(OneUserBase):
         if not clients[0].reply_evaluates(rnd):
             evals = [{}] * len(clients)
         elif sparse:
-            evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, stacked_scorer))
+            evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, stacked_scorer,
+                                                          None if mlp_layer_names(list(trained[0]) + list(shared)) else mf_table_scorer))
         else:
             evals = evaluate_stacked(clients, stacked_scorer(stack(trained, names, dev), user_graphs(clients)))
         out = []
@@ -212,6 +213,12 @@ def user_graphs(clients) -> tuple[torch.Tensor, int] | None:
     for b, c in enumerate(clients):
         pos[b, torch.as_tensor(fed.rows("train", c.user).astype(np.int64), device=clients[0].device)] = 1.0
     return pos, k
+
+
+def mf_table_scorer(personal: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
+    """MF's sigmoid scores of stacked clients' user vectors (``user.weight``: a × 1 × d) on every
+    row of one shared ``table`` (M × d): :func:`client_app.oneuser.rows_scorer`'s full-ranking form."""
+    return torch.sigmoid(personal["user.weight"][:, 0, :] @ table.T)
 
 
 def stacked_scorer(params: dict[str, torch.Tensor], graphs: tuple[torch.Tensor, int] | None = None):

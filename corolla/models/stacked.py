@@ -313,6 +313,19 @@ def pfedrec_probs(table, score: dict[str, torch.Tensor], items) -> torch.Tensor:
     return torch.sigmoid((x * score["affine.weight"]).sum(-1) + score["affine.bias"])
 
 
+def pfedrec_table_probs(table: torch.Tensor, score: dict[str, torch.Tensor]) -> torch.Tensor:
+    """:func:`pfedrec_probs` of every row of one shared ``table`` (M × d) for stacked clients'
+    score functions (``score``: a × ...): a × M, by matrix products (no a × M × d copy)."""
+    x = table[None]                                                           # 1 × M × d
+    j = 0
+    while f"tower.{j}.weight" in score:
+        w, b = score[f"tower.{j}.weight"], score[f"tower.{j}.bias"]
+        x = torch.relu(torch.matmul(x, w.transpose(1, 2)) + b[:, None, :])    # a × M × h
+        j += 1
+    w = score["affine.weight"]                                                # a × 1 × h
+    return torch.sigmoid(torch.matmul(x, w.transpose(1, 2))[..., 0] + score["affine.bias"])
+
+
 def _pfedrec_bce(table, score: dict[str, torch.Tensor], items, labels, mask) -> torch.Tensor:
     """Per-client mean BCE of :func:`pfedrec_probs` over the unmasked rows."""
     prob = pfedrec_probs(table, score, items)
