@@ -42,9 +42,7 @@ class LogicalClient:
         self.p = params if params is not None else methods.run_params(cfg)   # the method's, typed
         self.data_dir = data_dir   # the node's dataset folder (side files: profiles, ...)
         self.ks = int_list(cfg, "topk")
-        self.item_mask = None
-        if fed.item_owner is not None:
-            self.item_mask = fed.item_owner == cid
+        self.item_mask = fed.owned_items(fed.group_of(cid))   # None: every item its own
 
     # --- to implement
     def init_state(self) -> dict[str, np.ndarray]:

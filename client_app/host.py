@@ -135,8 +135,14 @@ class NodeHost:
         truncate(self.store, list(self.hosted), restore_round)
         hosted = {c: {"users": int(len(u)), "train": int(self.fed.count("train", u))} for c, u in self.hosted.items()}
         if self.fed.item_owner is not None:   # subgraph clients: their own item universe
+            sizes: dict[int, int] = {}
             for c in self.hosted:
-                hosted[c]["items"] = int((self.fed.item_owner == c).sum())
+                g = self.fed.group_of(c)
+                if g not in sizes:
+                    sizes[g] = int(self.fed.owned_items(g).sum())
+                hosted[c]["items"] = sizes[g]
+                if self.fed.client_group is not None:   # one-user clients: their subgraph, for the report
+                    hosted[c]["group"] = g
         key, sig = "", ""
         if self.node_config.get("auth-key-file"):   # prove the key: sign the run and the server's nonce
             import base64

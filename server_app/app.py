@@ -110,8 +110,7 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
             ex.handshake(transport.node_ids())
         recorder.provenance["nodes"] = len([n for n in roster.nodes if n not in roster.dead_nodes])
         recorder.data_stats = {**roster.data_stats,
-                               "clients": {str(c): v for c, v in sorted(roster.clients.items())}
-                               if cfg.get("report-per-client") else {}}
+                               "clients": client_stats(roster.clients) if cfg.get("report-per-client") else {}}
         if cfg["export-topk"] > 0:
             export_topk(strategy, ex, out, recorder.history[-1]["round"] if recorder.history else 0)
     except NoClients as e:   # bad input (the data, the nodes): one line, no traceback
@@ -125,6 +124,24 @@ def run_federation(transport: Transport, rc: dict[str, Any]) -> dict[str, Any]:
     summary = recorder.summary("completed")
     log(INFO, "summary: %s", dumps({k: summary[k] for k in ("rounds_completed", "metrics")}))
     return summary
+
+
+def client_stats(clients: dict[int, dict[str, int]]) -> dict[str, dict[str, Any]]:
+    """The report's data per client, or per subgraph where the clients carry one (one-user
+    clients on a spectral partition: their users and training interactions summed, the
+    subgraph's items, its nodes)."""
+    if not any("group" in v for v in clients.values()):
+        return {str(c): v for c, v in sorted(clients.items())}
+    out: dict[str, dict[str, Any]] = {}
+    for c, v in sorted(clients.items()):
+        g = out.setdefault(str(v.get("group", c)), {"clients": 0, "users": 0, "train": 0, "items": v.get("items", 0),
+                                                     "nodes": []})
+        g["clients"] += 1
+        g["users"] += int(v.get("users", 0))
+        g["train"] += int(v.get("train", 0))
+        if v.get("node") is not None and v["node"] not in g["nodes"]:
+            g["nodes"].append(v["node"])
+    return out
 
 
 def wait_for_nodes(transport: Transport, n: int, timeout: float = 120.0) -> None:

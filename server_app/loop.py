@@ -119,7 +119,13 @@ class RoundLoop:
             self.s.evaluated(ev.rnd, results)
         pooled = {c: r for c, r in reply_evals.items() if c in ev.available}
         pooled.update(results)
-        return pool_metrics(pooled, self.ks, bool(self.cfg.get("report-per-client")))
+        return pool_metrics(pooled, self.ks, bool(self.cfg.get("report-per-client")), self.groups())
+
+    def groups(self) -> dict[int, int]:
+        """Each logical client's subgraph where its node reported one (one-user clients on a
+        spectral partition), for the per-subgraph report."""
+        clients = getattr(getattr(self.s, "roster", None), "clients", None) or {}
+        return {c: int(v["group"]) for c, v in clients.items() if "group" in v}
 
     def _close(self, r: RoundState, evaluation, wall_s: float | None = None) -> bool:
         """Record round ``r`` (True: the run stops early after it)."""

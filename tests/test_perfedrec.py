@@ -170,6 +170,12 @@ class _Fed:
     n_items = 30
     item_owner = None
 
+    def owned_items(self, group):
+        return None
+
+    def group_of(self, cid):
+        return cid
+
     def __init__(self):
         self.neg_valid = np.tile(np.arange(5, 10), (3, 1))
         self.neg_test = self.neg_valid
@@ -229,7 +235,8 @@ def test_the_server_knows_a_clients_initial_user_vector():
 
     for init in ("shared", "per-client"):
         cfg = resolve("perfedrec-pmf-ml100k", {"user-init": init})
-        fed = type("F", (), {"n_items": 20, "item_owner": None})()
+        fed = type("F", (), {"n_items": 20, "item_owner": None, "owned_items": lambda self, g: None,
+                             "group_of": lambda self, c: c})()
         c = PerFedRecClient(cfg, fed, 11, np.array([11]), "cpu")
         assert np.array_equal(c.init_state()["user.weight"], one_user_init(cfg, 11)), init
 

@@ -49,6 +49,25 @@ class Federation:
     item_owner: np.ndarray | None = None   # spectral partition: owning client of each item
     stats: dict[str, Any] = field(default_factory=dict)
     user_ids: np.ndarray | None = None     # raw user id of each dense user index (profiles, prompts)
+    client_group: np.ndarray | None = None  # one-user clients on a spectral partition: each one's subgraph
+    _owned: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    def owned_items(self, group: int) -> np.ndarray | None:
+        """The item universe (bool mask over items) of subgraph ``group``, one shared read-only
+        array per group (29,858 one-user clients of 4 subgraphs hold 4 masks, not 29,858);
+        None without a spectral partition."""
+        if self.item_owner is None:
+            return None
+        if group not in self._owned:
+            m = self.item_owner == group
+            m.flags.writeable = False
+            self._owned[group] = m
+        return self._owned[group]
+
+    def group_of(self, cid: int) -> int:
+        """The subgraph of logical client ``cid``: itself on the silo harness, its user's
+        subgraph for one-user clients on a spectral partition (:func:`one_user_groups`)."""
+        return cid if self.client_group is None else int(self.client_group[cid])
 
     def rows(self, split: str, u: int) -> np.ndarray:
         p = self.indptr[split]
@@ -127,8 +146,28 @@ def cached(key: str, build: Callable[[], Federation], use_cache: bool = True) ->
 
 
 def build_federation(cfg: dict[str, Any], data_dir: str | None = None, use_cache: bool = True) -> Federation:
-    """Return the federation of ``cfg``, from the cache when present."""
-    return cached(data_key(cfg), lambda: _build(cfg, data_dir), use_cache)
+    """Return the federation of ``cfg``, from the cache when present (one-user clients on a
+    spectral partition: :func:`one_user_groups` of the silo harness's federation)."""
+    fed = cached(data_key(cfg), lambda: _build(cfg, data_dir), use_cache)
+    if cfg.get("harness") == "one-user" and cfg["partition"] == "spectral":
+        fed = one_user_groups(fed)
+    return fed
+
+
+def one_user_groups(fed: Federation) -> Federation:
+    """The spectral federation with every user its own logical client (client id = user id),
+    each in its subgraph (``client_group``): the same data as the silo harness's subgraph
+    clients (cross-subgraph interactions dropped, each subgraph's item universe its own), so a
+    per-user method is trained and ranked on the subgraphs that LPSFed's Table 1 reports."""
+    group = np.full(fed.n_users, -1, np.int64)
+    for g, users in enumerate(fed.clients):
+        group[users] = g
+    if (group < 0).any():
+        raise ValueError(f"{int((group < 0).sum())} users are in no subgraph of the spectral partition")
+    clients = [np.array([u], np.int64) for u in range(fed.n_users)]
+    return Federation(fed.n_users, fed.n_items, fed.indptr, fed.indices, clients, fed.neg_valid, fed.neg_test,
+                      fed.item_owner, {**fed.stats, "clients": fed.n_users, "subgraphs": len(fed.clients)},
+                      fed.user_ids, group)
 
 
 def _build(cfg: dict[str, Any], data_dir: str | None) -> Federation:

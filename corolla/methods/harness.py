@@ -40,8 +40,12 @@ def check_silo(cfg, method):
 
 
 def check_one_user(cfg, method):
-    if cfg["partition"] != "user":
-        raise ConfigError("config key 'partition': harness='one-user' needs partition='user'")
+    if cfg["partition"] not in ("user", "spectral"):
+        raise ConfigError("config key 'partition': harness='one-user' needs partition='user' (or 'spectral': every "
+                          "user its own client inside LPSFed's subgraphs)")
+    if cfg["partition"] == "spectral" and cfg["protocol"] != "full-rank":
+        raise ConfigError("config key 'protocol': harness='one-user' with partition='spectral' ranks each user over "
+                          "its subgraph's items: it needs protocol='full-rank'")
     if cfg["client-models"]:
         raise ConfigError("config key 'client-models': not supported with harness='one-user'")
     if cfg["item-upload"] == "rows" and not method.row_upload:
