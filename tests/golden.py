@@ -73,6 +73,12 @@ REDUCE = {
     "gga-mlp-ml100k-943": "clients-per-round=16",
     "gga-mf-ml100k-943": "clients-per-round=16",
     "gpfedrec-mlp-ml100k-943": "clients-per-round=16",
+    # LPSFed Table 1's FedMF, PFedRec and FedPerGNN rows on Gowalla (issue 39): the same
+    # configuration on ML-100K, as the LPSFed Gowalla presets above
+    "fedmf-lpsfed-gowalla": "dataset=ml-100k split=ratio split-ratios=0.81,0.09,0.1",
+    "fedmf-oneuser-lpsfed-gowalla": "dataset=ml-100k split=ratio split-ratios=0.81,0.09,0.1",
+    "pfedrec-lpsfed-gowalla": "dataset=ml-100k split=ratio split-ratios=0.81,0.09,0.1",
+    "fedpergnn-lpsfed-gowalla": "dataset=ml-100k split=ratio split-ratios=0.81,0.09,0.1",
 }
 # Presets added after the golden file was first written (issues 38 and 39: the six baselines, the
 # centralised references, FedCA Table 1's FilmTrust and NCF rows (PFedRec's with its NCF score function too),
