@@ -77,3 +77,23 @@ def test_loo_hand_example_and_ties():
     t = M.loo_user_metrics(pos, neg, [3], ties_against_positive=True)
     assert t["hr@3"][1] == 0 and t["ndcg@3"][1] == 0
     assert t["hr@3"][0] == 1
+
+
+def test_top_k_of_wide_rows_equals_sorting_the_whole_row():
+    """``top_k``'s partition path (rows wider than 8 k) gives the full sort's indices, ties to the
+    smaller index, -inf (masked items) and rows with fewer than k finite scores included."""
+    from corolla.metrics import top_k
+
+    def full_sort(s, k):
+        return np.lexsort((np.broadcast_to(np.arange(s.shape[1]), s.shape), -s), axis=-1)[:, :min(k, s.shape[1])]
+
+    g = np.random.default_rng(0)
+    for _ in range(400):
+        n, rows, k = int(g.integers(1, 500)), int(g.integers(1, 6)), int(g.integers(1, 30))
+        s = g.integers(0, int(g.integers(1, 10)), (rows, n)).astype(float)   # many ties
+        if g.random() < 0.4:
+            s[g.random((rows, n)) < g.random()] = -np.inf
+        np.testing.assert_array_equal(top_k(s, k), full_sort(s, k))
+    s = np.full((2, 100), -np.inf)
+    s[0, 7] = 1.0
+    np.testing.assert_array_equal(top_k(s, 3), [[7, 0, 1], [0, 1, 2]])

@@ -34,12 +34,23 @@ _LOG2 = 1.0 / np.log2(np.arange(2, 2 + 10_000))  # 1/log2(r+1) for r = 1..
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k best scores of each row; ties go to the smaller index."""
+    """Indices of the k best scores of each row; ties go to the smaller index.
+
+    Rows much wider than k (full ranking) sort only the items at or above the row's k-th best
+    score (``np.argpartition``, then the same order on those): the same indices as sorting the
+    whole row, in a fraction of the time (Gowalla's 40,981 items)."""
     scores = np.asarray(scores)
     n = scores.shape[1]
     k = min(k, n)
-    order = np.lexsort((np.broadcast_to(np.arange(n), scores.shape), -scores), axis=-1)
-    return order[:, :k]
+    if n <= 8 * k or not len(scores) or np.isnan(scores).any():
+        order = np.lexsort((np.broadcast_to(np.arange(n), scores.shape), -scores), axis=-1)
+        return order[:, :k]
+    kth = np.partition(scores, n - k, axis=1)[:, n - k]            # each row's k-th best score
+    out = np.empty((len(scores), k), np.int64)
+    for r in range(len(scores)):
+        cand = np.flatnonzero(scores[r] >= kth[r])                  # every item tied with the k-th too
+        out[r] = cand[np.lexsort((cand, -scores[r, cand]))[:k]]
+    return out
 
 
 def full_rank_user_metrics(scores: np.ndarray, truth: list[np.ndarray], ks: list[int],
