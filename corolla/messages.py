@@ -295,6 +295,9 @@ class NodeInfo:
             if c < 0 or not all(isinstance(v.get(k), int) and not isinstance(v.get(k), bool) and v[k] >= 0
                                 for k in ("users", "train")):
                 raise PayloadError(f"hosted client {c}: expected a client id >= 0 with counts 'users' and 'train'")
+            for k in ("items", "group"):   # optional: a subgraph's item count, a one-user client's subgraph
+                if k in v and not (isinstance(v[k], int) and not isinstance(v[k], bool) and v[k] >= 0):
+                    raise PayloadError(f"hosted client {c}: '{k}' must be an integer >= 0, got {v[k]!r}")
         n_items = info.get("n-items")
         if not isinstance(n_items, int) or isinstance(n_items, bool) or n_items <= 0:
             raise PayloadError(f"n-items: expected a positive integer, got {n_items!r}")

@@ -287,7 +287,11 @@ def test_a_malformed_handshake_costs_only_that_node():
     good = NodeInfo({0: {"users": 1, "train": 3}}, 12).encode()
     bad = [{"node": {"hosted": "[1]", "n-items": 12}}, {"node": {"hosted": "{}", "n-items": -1}},
            {"node": {"hosted": '{"x": {}}', "n-items": 12}}, {}, {"node": {"hosted": '{"1": {"users": "a", "train": 1}}',
-                                                                       "n-items": 12}}]
+                                                                       "n-items": 12}},
+           # a subgraph the server would read into its per-subgraph report: not an integer, negative
+           {"node": {"hosted": '{"1": {"users": 1, "train": 1, "group": "x"}}', "n-items": 12}},
+           {"node": {"hosted": '{"1": {"users": 1, "train": 1, "group": -2}}', "n-items": 12}},
+           {"node": {"hosted": '{"1": {"users": 1, "train": 1, "items": 1.5}}', "n-items": 12}}]
 
     class T:
         def exchange(self, msgs, mtype, timeout, limits=None):
