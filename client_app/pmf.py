@@ -139,8 +139,8 @@ class OneUserClient(OneUserBase):
         if not clients[0].reply_evaluates(rnd):
             evals = [{}] * len(clients)
         elif sparse:
-            evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, stacked_scorer,
-                                                          None if mlp_layer_names(list(trained[0]) + list(shared)) else mf_table_scorer))
+            table = None if mlp_layer_names(list(trained[0]) + list(shared)) else mf_table_scorer   # MF only
+            evals = evaluate_stacked(clients, rows_scorer(trained, shared["item.weight"], dev, stacked_scorer, table))
         else:
             evals = evaluate_stacked(clients, stacked_scorer(stack(trained, names, dev), user_graphs(clients)))
         out = []
