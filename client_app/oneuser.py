@@ -112,7 +112,8 @@ def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]
     """Full-ranking metrics of every client's user on valid and test, batched: each client's
     scores on every item, ranked by the silo harness's ``client_app.base.full_rank_metrics``
     (train items masked, for test valid items too; FedCIA's variants with
-    ``compat-fedcia-metrics``)."""
+    ``compat-fedcia-metrics``; on a spectral partition among the user's subgraph's items, or
+    every item with ``rank-items = all``)."""
     import torch
 
     fed, cfg = clients[0].fed, clients[0].cfg
@@ -120,6 +121,7 @@ def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]
     out: list[dict[str, list[float]]] = [{} for _ in clients]
     has = {split: [len(fed.rows(split, int(c.users[0]))) > 0 for c in clients] for split in ("valid", "test")}
     rows = [j for j in range(len(clients)) if has["valid"][j] or has["test"][j]]
+    own = cfg["rank-items"] == "own"   # 'all': the other subgraphs' items are candidates too
     for a in range(0, len(rows), FULL_RANK_CHUNK):   # each client scored once, ranked for both splits
         part = rows[a:a + FULL_RANK_CHUNK]
         items = torch.arange(fed.n_items, device=dev).expand(len(part), -1)
@@ -129,7 +131,7 @@ def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]
             if not sel:
                 continue
             res = full_rank_metrics(scores[sel], fed, [int(clients[part[r]].users[0]) for r in sel], split, ks,
-                                    cfg["compat-fedcia-metrics"], [clients[part[r]].item_mask for r in sel],
+                                    cfg["compat-fedcia-metrics"], [clients[part[r]].item_mask if own else None for r in sel],
                                     cfg["test-mask-valid"])
             for i, r in enumerate(sel):
                 for k, v in res.items():

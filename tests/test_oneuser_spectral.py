@@ -74,3 +74,35 @@ def test_a_run_reports_its_subgraphs(tmp_path, data_dir):
 def test_spectral_one_user_needs_full_ranking():
     with pytest.raises(ConfigError, match="protocol"):
         _cfg(protocol="loo", split="loo", **{"eval-negatives": 99})
+
+
+@pytest.mark.parametrize("rank", ["own", "all"])
+def test_rank_items_ranks_among_the_subgraphs_items_or_all(data_dir, rank):
+    """``rank-items``: the same scores ranked among the user's subgraph's items ('own') or among
+    every item ('all'), against a brute-force Recall@20 (train items out, for test valid too)."""
+    import torch
+
+    from client_app.oneuser import evaluate_full_rank
+
+    cfg = _cfg(**{"rank-items": rank})
+    fed = build_federation(cfg, data_dir, use_cache=False)
+    users = [int(fed.clients[g][0]) for g in range(3)] + [int(u) for u in range(5, 60, 7)]
+    clients = [LogicalClient(cfg, fed, u, fed.clients[u], None) for u in users]
+    table = np.random.default_rng(3).standard_normal((fed.n_users, fed.n_items))
+    got = evaluate_full_rank(clients, lambda rows, items: torch.as_tensor(
+        table[[users[int(r)] for r in rows]][:, 0:fed.n_items]))
+    for c, u, out in zip(clients, users, got):
+        s = table[u].copy()
+        s[fed.rows("train", u)] = s[fed.rows("valid", u)] = -np.inf
+        if rank == "own":
+            s[~c.item_mask] = -np.inf
+        top = np.argsort(-s, kind="stable")[:20]
+        want = np.isin(fed.rows("test", u), top).sum() / len(fed.rows("test", u))
+        assert out["test/recall@20"] == [pytest.approx(want)], u
+    others = sum(int((~c.item_mask).sum()) for c in clients)
+    assert others > 0   # the users' subgraphs do not hold every item: 'all' ranks more candidates
+
+
+def test_rank_items_all_needs_the_spectral_partition():
+    with pytest.raises(ConfigError, match="rank-items.*partition='user'"):
+        resolve("pfedrec-ml100k", {"rank-items": "all"})

@@ -21,6 +21,7 @@ ONE_USER_KEYS = {
     "lr-eta": Key(80.0, "one-user harness, optimizer = 'sgd' (UFGraphFR's code base: UFGraphFR, GPFedRec, and FedAvg's SGD reading): learning-rate multiplier: item table lr·M·lr-eta − lr, user part lr·lr-eta − lr, the rest lr (the code's lr_eta)"),
     "one-user-eval": Key("own", "one-user harness, methods whose clients start each round from the global item table (FedAvg, FCF, FedAtt): each client is evaluated with its own post-training parameters ('own', FedCA's code, engine.py:210-221) or with the round's aggregate, the global item table (and tower) the server computed, and its own user vector ('global', FedMF's model: one global item model; evaluated with the next round's message)", ("own", "global")),
     "ncf-tower": Key("shared", "one-user harness, model = 'ncf', methods whose clients start each round from the global item table (FedAvg, FCF): the NCF tower is averaged with the item table and sent back with it ('shared', FedCA's code: tools.py:9-30 aggregates the MLP with the item table's weights) or stays on each client, trained from the shared initialisation, and only the item table crosses ('personal', the FedCA paper's §3: 'we will use item embedding table Q_u to instantiate general Θ_u')", ("shared", "personal")),
+    "rank-items": Key("own", "one-user harness, partition = 'spectral', full ranking: each user's items are ranked among its subgraph's items ('own', LPSFed's construction: a client ranks its local item set, its test items are in it) or among all items of the dataset ('all': the same trained models, the other subgraphs' items as candidates too; a reading of a baseline's row whose ranking the paper does not describe)", ("own", "all")),
     "user-init": Key("per-client", "initial user vectors: seeded per client, or one shared vector for all (FedCA code: a deepcopy of the template model)", ("per-client", "shared")),
 }
 
@@ -46,6 +47,9 @@ def check_one_user(cfg, method):
     if cfg["partition"] == "spectral" and cfg["protocol"] != "full-rank":
         raise ConfigError("config key 'protocol': harness='one-user' with partition='spectral' ranks each user over "
                           "its subgraph's items: it needs protocol='full-rank'")
+    if cfg["rank-items"] == "all" and cfg["partition"] != "spectral":
+        raise ConfigError("config key 'rank-items': 'all' widens the ranking beyond a user's subgraph; with "
+                          f"partition={cfg['partition']!r} every user already ranks all items, so use 'own'")
     if cfg["client-models"]:
         raise ConfigError("config key 'client-models': not supported with harness='one-user'")
     if cfg["item-upload"] == "rows" and not method.row_upload:
