@@ -65,7 +65,7 @@ def _strategy(extra=None):
     cfg = {"method": "fedfast", "harness": "one-user", "model": "mf", "dim": 2, "seed": 0, "init-std": 1.0,
            "user-init": "per-client", "clients-per-round": 3, "fraction-train": 1.0, "lr-mlp": 0.01,
            "mlp-weight-decay": 0.0, "early-break": 0.0, "item-upload": "full", "lr-eta": 80.0,
-           "one-user-eval": "own", "ncf-tower": "shared", "fedfast-clusters": 2,
+           "one-user-eval": "own", "ncf-tower": "shared", "rank-items": "own", "fedfast-clusters": 2,
            "fedfast-kmeans-init": 1, "fedfast-gamma": 0.5, "fedfast-gamma-decay": 0.5, "fedfast-item-weight": "l1",
            "fedfast-sampling": "active", "fedfast-eval": "global", **(extra or {})}
     s = FedFast(cfg)

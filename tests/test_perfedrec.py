@@ -73,7 +73,7 @@ def _strategy(extra=None, n=40):
     cfg = {"method": "perfedrec", "harness": "one-user", "model": "mf", "dim": 64, "seed": 0, "init-std": 1.0,
            "user-init": "shared", "clients-per-round": M_CLIENTS, "fraction-train": 1.0, "lr-mlp": 0.01,
            "mlp-weight-decay": 0.0, "early-break": 0.0, "item-upload": "full", "lr-eta": 80.0,
-           "one-user-eval": "own", "ncf-tower": "shared", "perfedrec-clusters": K,
+           "one-user-eval": "own", "ncf-tower": "shared", "rank-items": "own", "perfedrec-clusters": K,
            "perfedrec-kmeans-init": 1, "perfedrec-sampling": "code", "perfedrec-uniform-share": 0.5,
            "perfedrec-noise-rows": 100, "perfedrec-noise-scale": 0.02, "perfedrec-ensemble": "logit",
            "perfedrec-cluster-from": 3, "perfedrec-weighted": False, **(extra or {})}

@@ -81,7 +81,7 @@ def test_similarity_term_and_its_gradient_are_the_authors():
 def _strategy(extra=None):
     cfg = {"method": "pfedgraph", "harness": "one-user", "model": "mf", "dim": 3, "seed": 0, "init-std": 1.0,
            "lr-mlp": 0.01, "mlp-weight-decay": 0.0, "early-break": 0.0, "item-upload": "full", "lr-eta": 80.0,
-           "one-user-eval": "own", "ncf-tower": "shared", "user-init": "shared", "pfedgraph-alpha": 0.8, "pfedgraph-lambda": 0.01,
+           "one-user-eval": "own", "ncf-tower": "shared", "rank-items": "own", "user-init": "shared", "pfedgraph-alpha": 0.8, "pfedgraph-lambda": 0.01,
            "pfedgraph-sign": "code",
            "pfedgraph-target": "normalized", "pfedgraph-clamp": 0.9, "pfedgraph-qp": "closed-form",
            "pfedgraph-eval": "trained", **(extra or {})}
