@@ -15,6 +15,7 @@ from corolla.kmeans import kmeans
 from server_app.app import run_federation
 from strategies.base import ClientResult, CorollaStrategy
 from strategies.fedfast import FedFast, active_items, propagate, row_weights
+from tests.hand_cfg import ONE_USER_DEFAULTS
 from tests.inproc import InProcessTransport, partitions
 
 BASE = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, -2.0], [3.0, 0.5]], np.float32)
@@ -62,10 +63,8 @@ def test_user_updates_propagate_within_clusters():
 
 
 def _strategy(extra=None):
-    cfg = {"method": "fedfast", "harness": "one-user", "model": "mf", "dim": 2, "seed": 0, "init-std": 1.0,
-           "user-init": "per-client", "clients-per-round": 3, "fraction-train": 1.0, "lr-mlp": 0.01,
-           "mlp-weight-decay": 0.0, "early-break": 0.0, "item-upload": "full", "lr-eta": 80.0,
-           "one-user-eval": "own", "ncf-tower": "shared", "rank-items": "own", "fedfast-clusters": 2,
+    cfg = {**ONE_USER_DEFAULTS, "method": "fedfast", "harness": "one-user", "model": "mf", "dim": 2, "seed": 0, "init-std": 1.0,
+           "clients-per-round": 3, "fraction-train": 1.0, "fedfast-clusters": 2,
            "fedfast-kmeans-init": 1, "fedfast-gamma": 0.5, "fedfast-gamma-decay": 0.5, "fedfast-item-weight": "l1",
            "fedfast-sampling": "active", "fedfast-eval": "global", **(extra or {})}
     s = FedFast(cfg)

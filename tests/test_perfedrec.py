@@ -26,6 +26,7 @@ from corolla.models.factory import one_user_init
 from server_app.app import run_federation
 from strategies.base import ClientResult
 from strategies.perfedrec import PerFedRec, cluster_means, code_sample, mean_tables
+from tests.hand_cfg import ONE_USER_DEFAULTS
 from tests.inproc import InProcessTransport, partitions
 
 Z = np.load(Path(__file__).parent / "golden" / "perfedrec_tiny.npz")
@@ -70,10 +71,8 @@ def test_global_and_cluster_models_are_the_authors():
 
 
 def _strategy(extra=None, n=40):
-    cfg = {"method": "perfedrec", "harness": "one-user", "model": "mf", "dim": 64, "seed": 0, "init-std": 1.0,
-           "user-init": "shared", "clients-per-round": M_CLIENTS, "fraction-train": 1.0, "lr-mlp": 0.01,
-           "mlp-weight-decay": 0.0, "early-break": 0.0, "item-upload": "full", "lr-eta": 80.0,
-           "one-user-eval": "own", "ncf-tower": "shared", "rank-items": "own", "perfedrec-clusters": K,
+    cfg = {**ONE_USER_DEFAULTS, "method": "perfedrec", "harness": "one-user", "model": "mf", "dim": 64, "seed": 0, "init-std": 1.0,
+           "user-init": "shared", "clients-per-round": M_CLIENTS, "fraction-train": 1.0, "perfedrec-clusters": K,
            "perfedrec-kmeans-init": 1, "perfedrec-sampling": "code", "perfedrec-uniform-share": 0.5,
            "perfedrec-noise-rows": 100, "perfedrec-noise-scale": 0.02, "perfedrec-ensemble": "logit",
            "perfedrec-cluster-from": 3, "perfedrec-weighted": False, **(extra or {})}

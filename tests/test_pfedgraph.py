@@ -27,6 +27,7 @@ from corolla.models.stacked import train_stacked, train_users
 from server_app.app import run_federation
 from strategies.pfedgraph import PFedGraph, aggregate_by_graph, cosine_difference, graph_weights
 from strategies.base import ClientResult
+from tests.hand_cfg import ONE_USER_DEFAULTS
 from tests.inproc import InProcessTransport, partitions
 from tests.oneuser import one_user_problem
 from tests.tolerance import assert_far_beyond, f32_train_atol, max_abs_diff
@@ -79,9 +80,8 @@ def test_similarity_term_and_its_gradient_are_the_authors():
 
 
 def _strategy(extra=None):
-    cfg = {"method": "pfedgraph", "harness": "one-user", "model": "mf", "dim": 3, "seed": 0, "init-std": 1.0,
-           "lr-mlp": 0.01, "mlp-weight-decay": 0.0, "early-break": 0.0, "item-upload": "full", "lr-eta": 80.0,
-           "one-user-eval": "own", "ncf-tower": "shared", "rank-items": "own", "user-init": "shared", "pfedgraph-alpha": 0.8, "pfedgraph-lambda": 0.01,
+    cfg = {**ONE_USER_DEFAULTS, "method": "pfedgraph", "harness": "one-user", "model": "mf", "dim": 3, "seed": 0, "init-std": 1.0,
+           "user-init": "shared", "pfedgraph-alpha": 0.8, "pfedgraph-lambda": 0.01,
            "pfedgraph-sign": "code",
            "pfedgraph-target": "normalized", "pfedgraph-clamp": 0.9, "pfedgraph-qp": "closed-form",
            "pfedgraph-eval": "trained", **(extra or {})}
