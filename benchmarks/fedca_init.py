@@ -3,7 +3,7 @@ initial tables or to the implementation?
 
 On FedCA's harness every client starts from one shared item table and one shared user vector
 (the code's ``train.py:90`` table and its template model's user vector; Corolla's ``shared_init``
-and ``user-init = shared``), so a run's initial model is one random draw. Two commands:
+and ``user-init = shared``), so a run's initial model is one random draw. Three commands:
 
 * ``export``: Corolla's seed-S initial tables of a FedCA preset, rows in the FedCA code's item
   order, for the code's ``FEDCA_INIT`` patch (``benchmarks/fedca_authors.md``, "Initial tables");
@@ -11,9 +11,11 @@ and ``user-init = shared``), so a run's initial model is one random draw. Two co
   tables (``--init``: an ``.npz`` with ``item`` rows in the FedCA code's item order and ``user``, as
   the code's ``FEDCA_SAVE_INIT`` patch writes them) instead of the seeded draw; everything else
   (negatives, order, aggregation draws) is the preset's. ``--dump-ranks FILE`` appends, for every
-  evaluation, each evaluated user's test item and hit (HR@10, ties against the positive);
-* ``groups``: test HR@10 per dumped round, split into the users whose test item is the most common
-  one and the rest, from a ``--dump-ranks`` file or the code's ``FEDCA_DUMP`` directory.
+  evaluation, each evaluated user's test item, hit and NDCG@10 (ties against the positive where
+  the preset counts them so); any one-user method whose client calls ``evaluate_stacked``;
+* ``groups``: test HR@10 (and NDCG@10 where our dump has it) per dumped round, split into the users
+  whose test item is the most common one and the rest, and the whole as it would be with that item's
+  users all missing, from a ``--dump-ranks`` file or the code's ``FEDCA_DUMP`` directory.
 
 The FedCA code's item ids (``utils.py`` ``loadData``): ratings > 0, users with at least 10 of
 them, then each item's first appearance in the file (:func:`code_item_order`). Corolla's dense
@@ -105,11 +107,14 @@ def export(args) -> int:
 
 
 def dump_ranks(path: str) -> None:
-    """Wrap the one-user evaluation so that every call appends its users' test items and hits to ``path``."""
+    """Wrap the one-user evaluation so that every call appends its users' test items, hits and
+    NDCG@10 to ``path`` (in every loaded ``client_app`` module that calls it: PMF, NCF, PerFedRec, ...)."""
+    import importlib
     import json
+    import pkgutil
 
+    import client_app
     import client_app.oneuser as oneuser
-    import client_app.pmf as pmf
 
     evaluate = oneuser.evaluate_stacked
 
@@ -118,17 +123,24 @@ def dump_ranks(path: str) -> None:
         fed = clients[0].fed
         users = [int(c.users[0]) for c in clients]
         held = [fed.rows("test", u) for u in users]
+
+        def metric(o, name):
+            return o.get(f"test/ties:{name}", o.get(f"test/{name}", [None]))[0]
+
         with open(path, "a") as f:
             f.write(json.dumps({"users": users, "test_item": [int(h[0]) if len(h) else -1 for h in held],
-                                "hit": [o.get("test/ties:hr@10", o.get("test/hr@10", [None]))[0] for o in out]}) + "\n")
+                                "hit": [metric(o, "hr@10") for o in out],
+                                "ndcg": [metric(o, "ndcg@10") for o in out]}) + "\n")
         return out
 
-    oneuser.evaluate_stacked = dumping
-    pmf.evaluate_stacked = dumping
+    for m in pkgutil.iter_modules(client_app.__path__):
+        mod = importlib.import_module(f"client_app.{m.name}")
+        if getattr(mod, "evaluate_stacked", None) is evaluate:
+            mod.evaluate_stacked = dumping
 
 
 def rounds_from_dump(path: Path) -> dict[int, dict[str, dict[int, float]]]:
-    """``{round: {"item": {user: test item}, "hit": {user: 0/1}}}``: from our ``--dump-ranks`` file (a
+    """``{round: {"item": {user: test item}, "hit": {user: 0/1}[, "ndcg": {user: NDCG@10}]}}``: from our ``--dump-ranks`` file (a
     line with every user opens a round; a shorter one -- the aggregated clients' evaluation with
     their personalised tables -- amends it) or from the code's ``ranks-rN.json`` files."""
     import json
@@ -148,19 +160,24 @@ def rounds_from_dump(path: Path) -> dict[int, dict[str, dict[int, float]]]:
         if len(d["users"]) == n:
             r += 1
             out[r] = {"item": dict(zip(d["users"], d["test_item"])), "hit": dict(zip(d["users"], d["hit"]))}
+            if "ndcg" in d:
+                out[r]["ndcg"] = dict(zip(d["users"], d["ndcg"]))
         elif r:
             out[r]["hit"].update(zip(d["users"], d["hit"]))
+            if "ndcg" in d and "ndcg" in out[r]:
+                out[r]["ndcg"].update(zip(d["users"], d["ndcg"]))
     return out
 
 
-def group_split(rnd: dict[str, dict[int, float]]) -> tuple[int, int, float, float, float]:
-    """(most common test item, its holders, HR of the holders, of the rest, of all)."""
+def group_split(rnd: dict[str, dict[int, float]], metric: str = "hit") -> tuple[int, int, float, float, float]:
+    """(most common test item, its holders, ``metric`` (``hit``: HR@10, ``ndcg``: NDCG@10) averaged
+    over the holders, over the rest, over all)."""
     from collections import Counter
 
-    items, hit = rnd["item"], rnd["hit"]
+    items, val = rnd["item"], rnd[metric]
     top, n = Counter(items.values()).most_common(1)[0]
-    g = [hit[u] or 0.0 for u in items if items[u] == top]
-    o = [hit[u] or 0.0 for u in items if items[u] != top]
+    g = [val[u] or 0.0 for u in items if items[u] == top]
+    o = [val[u] or 0.0 for u in items if items[u] != top]
     return top, n, sum(g) / len(g), (sum(o) / len(o)) if o else float("nan"), (sum(g) + sum(o)) / len(items)
 
 
@@ -168,11 +185,32 @@ def groups(args) -> int:
     res = rounds_from_dump(Path(args.dump))
     if not res:
         raise SystemExit(f"{args.dump}: expected a --dump-ranks file or a directory of ranks-rN.json files, found no round")
-    print("| round | HR@10 all | most common test item: users | their HR@10 | the others' HR@10 |")
-    print("|---|---|---|---|---|")
+    ndcg = all("ndcg" in r for r in res.values())
+    names = ["HR@10"] + (["NDCG@10"] if ndcg else [])
+    head = ["round", "most common test item: users"]
+    for m in names:
+        head += [f"{m} all", f"{m} of its users", f"{m} of the others", f"{m} all, its users missing"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    rows = []
     for r in sorted(res):
-        top, n, hg, ho, tot = group_split(res[r])
-        print(f"| {r} | {tot:.4f} | item {top}: {n} | {hg:.4f} | {ho:.4f} |")
+        top, n, *_ = group_split(res[r])
+        cells = [str(r), f"item {top}: {n}"]
+        for key in ["hit"] + (["ndcg"] if ndcg else []):
+            _, _, vg, vo, tot = group_split(res[r], key)
+            n_all = len(res[r]["item"])
+            cells += [f"{tot:.4f}", f"{vg:.4f}", f"{vo:.4f}", f"{vo * (n_all - n) / n_all:.4f}"]
+        print("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    if args.csv:
+        import csv
+        import io
+
+        from corolla.util import atomic_write_text
+
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([head, *rows])
+        atomic_write_text(args.csv, buf.getvalue())
     return 0
 
 
@@ -184,8 +222,8 @@ def run(args) -> int:
 
     rest, preset = corolla_run_args(args.corolla_args, "the clients must run in this process")
     cfg = resolve(preset)
-    _check_shared(cfg)
     if args.init:
+        _check_shared(cfg)
         perm, n_items = _interactions(cfg, args.data_dir)
         code_item, user = _load_init(args.init, n_items, int(cfg["dim"]))
         item = np.empty_like(code_item)
@@ -215,8 +253,10 @@ def main(argv=None) -> int:
     r.add_argument("--init", help="initial tables (.npz: 'item' in the FedCA code's item order, 'user'); default: the preset's seeded draw")
     r.add_argument("--dump-ranks", metavar="FILE", help="append each evaluation's users, test items and hits to FILE")
     r.add_argument("corolla_args", nargs=argparse.REMAINDER)
-    g = sub.add_parser("groups", help="test HR@10 of the most common test item's users and of the rest, per dumped round")
+    g = sub.add_parser("groups", help="test HR@10 (and NDCG@10 where dumped) of the most common test item's users and "
+                                      "of the rest, per dumped round")
     g.add_argument("dump", help="a --dump-ranks file or the FedCA code's FEDCA_DUMP directory")
+    g.add_argument("--csv", metavar="FILE", help="also write the table to FILE as CSV")
     args = ap.parse_args(argv)
     return {"export": export, "run": run, "groups": groups}[args.cmd](args)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -499,6 +500,24 @@ def test_fedca_init_groups_from_both_dump_formats(tmp_path):
     (theirs / "ranks-r10.json").write_text(json.dumps({"round": 10, "test_item": [3, 3, 3, 4], "hits": {"1": 2, "3": 9}}))
     res = fedca_init.rounds_from_dump(theirs)
     assert fedca_init.group_split(res[10]) == (3, 3, pytest.approx(1 / 3), 1.0, 0.5)
+
+
+def test_fedca_init_groups_split_ndcg_where_the_dump_has_it(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fedca_init
+
+    ours = tmp_path / "ranks.jsonl"
+    ours.write_text("\n".join(json.dumps(d) for d in [
+        {"users": [0, 1, 2, 3], "test_item": [7, 7, 5, 4], "hit": [1.0, 1.0, 1.0, 0.0], "ndcg": [1.0, 0.5, 0.25, 0.0]},
+        {"users": [1], "test_item": [7], "hit": [0.0], "ndcg": [0.0]}]) + "\n")   # an amending line
+    res = fedca_init.rounds_from_dump(ours)
+    assert fedca_init.group_split(res[1], "ndcg") == (7, 2, 0.5, 0.125, 0.3125)
+    assert fedca_init.groups(argparse.Namespace(dump=str(ours), csv=str(tmp_path / "g.csv"))) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split(" | ")
+    assert (tmp_path / "g.csv").read_text().splitlines()[1].split(",")[2:] == [
+        "0.5000", "0.5000", "0.5000", "0.2500", "0.3125", "0.5000", "0.1250", "0.0625"]
+    # round, item: users, then HR all / holders / others / all with the holders missing, the same for NDCG
+    assert row[1:] == ["item 7: 2", "0.5000", "0.5000", "0.5000", "0.2500", "0.3125", "0.5000", "0.1250", "0.0625 |"]
 
 
 def test_fedatt_attention_stats_are_the_weights_fedatt_applies():
