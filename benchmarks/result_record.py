@@ -54,7 +54,8 @@ def split_comment(command: str) -> tuple[str, str]:
 
 def portable(command: str | None) -> str | None:
     """A run's command as the docs write it: ``corolla run ...`` for the launcher however it was
-    called, ``--data-dir $COROLLA_DATA`` and ``--out`` / ``--resume runs/<the run folder's name>``;
+    called (``python benchmarks/X.py run ...`` where a benchmark script wrapped the run, its
+    ``--dump-ranks`` file by name), ``--data-dir $COROLLA_DATA`` and ``--out`` / ``--resume runs/<the run folder's name>``;
     a trailing ``  # comment`` is kept as it is."""
     if not command:
         return command
@@ -62,8 +63,12 @@ def portable(command: str | None) -> str | None:
     words = shlex.split(body)
     for i, w in enumerate(words):
         if w == "run" and i > 0:
-            words = ["corolla"] + words[i:]
+            script = words[i - 1] if words[i - 1].endswith(".py") else None   # a benchmark wrapping the run
+            words = (["python", f"benchmarks/{Path(script).name}"] if script else ["corolla"]) + words[i:]
             break
+    if "--dump-ranks" in words[:-1]:
+        j = words.index("--dump-ranks") + 1
+        words[j] = Path(words[j]).name
     for flag, value in (("--data-dir", None), ("--out", "runs/"), ("--resume", "runs/")):
         if flag in words[:-1]:
             j = words.index(flag) + 1

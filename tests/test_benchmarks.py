@@ -634,6 +634,11 @@ def test_result_record_makes_the_command_portable_sets_the_note_and_refuses_bad_
     # a " # " inside a quoted value is the value's, not a comment; "#" inside a word neither
     assert result_record.portable("corolla run --preset p --set 'note=a # b' --set \"x=#2\" --set y=c#d  # why") == (
         "corolla run --preset p --set 'note=a # b' --set 'x=#2' --set 'y=c#d'  # why")
+    # a benchmark script that wraps the run keeps its own command, its dump file by name
+    assert result_record.portable("benchmarks/fedca_init.py run --dump-ranks /w/r/x.jsonl -- --preset p --mode inproc "
+                                  "--nodes 1 --data-dir /d --out /w/runs/x-s1") == (
+        "python benchmarks/fedca_init.py run --dump-ranks x.jsonl -- --preset p --mode inproc --nodes 1 "
+        "--data-dir $COROLLA_DATA --out runs/x-s1")
     assert result_record.split_comment("a 'b # c'") == ("a 'b # c'", "")
     assert result_record.split_comment('a "b \\" # c" d\\ #e  # f') == ('a "b \\" # c" d\\ #e', "  # f")
     with pytest.raises(ValueError, match="--note is empty"):
