@@ -140,9 +140,10 @@ def dump_ranks(path: str) -> None:
 
 
 def rounds_from_dump(path: Path) -> dict[int, dict[str, dict[int, float]]]:
-    """``{round: {"item": {user: test item}, "hit": {user: 0/1}[, "ndcg": {user: NDCG@10}]}}``: from our ``--dump-ranks`` file (a
-    line with every user opens a round; a shorter one -- the aggregated clients' evaluation with
-    their personalised tables -- amends it) or from the code's ``ranks-rN.json`` files."""
+    """``{round: {"item": {user: test item}, "hit": {user: 0/1}[, "ndcg": {user: NDCG@10}]}}``: from
+    our ``--dump-ranks`` file (a line with every user opens a round; a shorter one -- the aggregated
+    clients' evaluation with their personalised tables -- amends it) or from the code's
+    ``ranks-rN.json`` files."""
     import json
 
     out: dict[int, dict[str, dict[int, float]]] = {}
@@ -251,7 +252,8 @@ def main(argv=None) -> int:
     r = sub.add_parser("run", help="corolla run from given initial tables (rows in the FedCA code's item order)")
     r.add_argument("--data-dir", default=os.environ.get("COROLLA_DATA"))
     r.add_argument("--init", help="initial tables (.npz: 'item' in the FedCA code's item order, 'user'); default: the preset's seeded draw")
-    r.add_argument("--dump-ranks", metavar="FILE", help="append each evaluation's users, test items and hits to FILE")
+    r.add_argument("--dump-ranks", metavar="FILE", help="append each evaluation's users, test items, hits "
+                                                        "and NDCG@10 to FILE")
     r.add_argument("corolla_args", nargs=argparse.REMAINDER)
     g = sub.add_parser("groups", help="test HR@10 (and NDCG@10 where dumped) of the most common test item's users and "
                                       "of the rest, per dumped round")

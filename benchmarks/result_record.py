@@ -55,8 +55,8 @@ def split_comment(command: str) -> tuple[str, str]:
 def portable(command: str | None) -> str | None:
     """A run's command as the docs write it: ``corolla run ...`` for the launcher however it was
     called (``python benchmarks/X.py run ...`` where a benchmark script wrapped the run, its
-    ``--dump-ranks`` file by name), ``--data-dir $COROLLA_DATA`` and ``--out`` / ``--resume runs/<the run folder's name>``;
-    a trailing ``  # comment`` is kept as it is."""
+    ``--dump-ranks`` file by name), ``--data-dir $COROLLA_DATA`` and ``--out`` / ``--resume
+    runs/<the run folder's name>``; a trailing ``  # comment`` is kept as it is."""
     if not command:
         return command
     body, comment = split_comment(command)

@@ -514,9 +514,9 @@ def test_fedca_init_groups_split_ndcg_where_the_dump_has_it(tmp_path, capsys):
     assert fedca_init.group_split(res[1], "ndcg") == (7, 2, 0.5, 0.125, 0.3125)
     assert fedca_init.groups(argparse.Namespace(dump=str(ours), csv=str(tmp_path / "g.csv"))) == 0
     row = capsys.readouterr().out.splitlines()[-1].split(" | ")
+    # round, item: users, then HR all / holders / others / all with the holders missing, the same for NDCG
     assert (tmp_path / "g.csv").read_text().splitlines()[1].split(",")[2:] == [
         "0.5000", "0.5000", "0.5000", "0.2500", "0.3125", "0.5000", "0.1250", "0.0625"]
-    # round, item: users, then HR all / holders / others / all with the holders missing, the same for NDCG
     assert row[1:] == ["item 7: 2", "0.5000", "0.5000", "0.5000", "0.2500", "0.3125", "0.5000", "0.1250", "0.0625 |"]
 
 
