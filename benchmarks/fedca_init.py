@@ -195,12 +195,11 @@ def groups(args) -> int:
     print("|" + "---|" * len(head))
     rows = []
     for r in sorted(res):
-        top, n, *_ = group_split(res[r])
-        cells = [str(r), f"item {top}: {n}"]
+        n_all, cells = len(res[r]["item"]), []
         for key in ["hit"] + (["ndcg"] if ndcg else []):
-            _, _, vg, vo, tot = group_split(res[r], key)
-            n_all = len(res[r]["item"])
+            top, n, vg, vo, tot = group_split(res[r], key)
             cells += [f"{tot:.4f}", f"{vg:.4f}", f"{vo:.4f}", f"{vo * (n_all - n) / n_all:.4f}"]
+        cells = [str(r), f"item {top}: {n}", *cells]
         print("| " + " | ".join(cells) + " |")
         rows.append(cells)
     if args.csv:
