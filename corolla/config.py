@@ -47,6 +47,7 @@ CORE: dict[str, Key] = {
     "clients-per-round": Key(0, "logical clients sampled for training each round (0: use fraction-train)"),
     "clients-per-message": Key(0, "at most this many logical clients in one message to a node (0 = all it hosts); bounds message size and server memory"),
     "phase-timeout": Key(300.0, "seconds to wait for the replies of one phase; missing replies are dropped"),
+    "handshake-timeout": Key(600.0, "seconds to wait for a node's handshake reply, its first contact with the run (its ClientApp starting, loading and partitioning the data; also a node that joins later); the wait is the larger of this and phase-timeout, so a short phase-timeout that notices a lost node quickly does not also bound a node's start on a loaded machine; a node that has not answered by then is left out of the run"),
     # --- data
     "dataset": Key("ml-100k", "dataset name", ("ml-100k", "ml-1m", "lastfm-2k", "lastfm-2k-tagged", "filmtrust", "gowalla", "yelp2018", "amazon-book", "amazon-video")),
     "rating-threshold": Key(0.0, "keep interactions with rating >= threshold (0 keeps all)"),

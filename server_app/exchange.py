@@ -138,11 +138,16 @@ class Exchanger:
         return PhaseRequest(Phase.HANDSHAKE, 0, [], self.run, restore_round=self.restore_round, cfg=self.cfg,
                             versions=versions(), nonce=secrets.token_hex(16)).encode()
 
+    def handshake_timeout(self) -> float:
+        """How long a node's first contact may take: ``handshake-timeout`` (a ClientApp's start and
+        data load), never less than ``phase-timeout``."""
+        return max(float(self.cfg.get("handshake-timeout", 0.0) or 0.0), float(self.cfg["phase-timeout"]))
+
     def handshake(self, node_ids: list[int]) -> None:
-        self.roster.handshake(self.transport, node_ids, self.handshake_request, self.cfg["phase-timeout"])
+        self.roster.handshake(self.transport, node_ids, self.handshake_request, self.handshake_timeout())
 
     def refresh(self) -> None:
-        self.roster.refresh(self.transport, self.handshake_request, self.cfg["phase-timeout"])
+        self.roster.refresh(self.transport, self.handshake_request, self.handshake_timeout())
 
     def build(self, phase: Phase, rnd: int, targets: list[int], download: Download,
               ev: EvalRequest | None = None, secure=None

@@ -10,7 +10,7 @@ import pytest
 
 from corolla.messages import ClientOut, EvalPart, PhaseReply, PhaseRequest, RunInfo
 from corolla.protocol import ArraySpec
-from corolla.round import (DEFAULT_CONTROL, Control, Phase, PhaseSpec, SecAggStep, decode_controls,
+from corolla.round import (DEFAULT_CONTROL, Control, Download, Phase, PhaseSpec, SecAggStep, decode_controls,
                            encode_controls, evaluates, step)
 from server_app.exchange import Exchanger, PhaseStats
 from server_app.loop import Deferred, NoClients, RoundLoop, RoundState
@@ -345,3 +345,25 @@ def test_a_phase_where_some_clients_raised_goes_on_without_them(tmp_path, data_d
     import json
     rounds = [json.loads(x) for x in open(tmp_path / "run" / "rounds.jsonl")]
     assert sorted(x["client"] for x in rounds[0]["phases"][0]["excluded"]) == [0, 2]
+
+
+@pytest.mark.parametrize("phase_timeout,handshake_timeout,expected", [(1.0, 600.0, 600.0), (900.0, 600.0, 900.0)])
+def test_first_contact_waits_for_the_handshake_timeout_not_a_short_phase_timeout(phase_timeout, handshake_timeout,
+                                                                                 expected):
+    # a short phase-timeout (to notice a lost node quickly) must not bound a node's start; a long one
+    # still lengthens the handshake's wait
+    ex, _ = _exchanger(Stub({"phase-timeout": phase_timeout, "handshake-timeout": handshake_timeout}))
+    waits: list[tuple[str, float]] = []
+
+    class T(Transport):
+        def exchange(self, msgs, mtype, timeout, limits=None):
+            waits.append((mtype, timeout))
+            return super().exchange(msgs, mtype, timeout, limits) if mtype != "query.handshake" else iter(())
+
+    ex.transport = T()
+    ex.exchange(Phase.TRAIN, 1, [0, 1, 2, 3], Download())    # a round's phase: phase-timeout
+    assert [t for _, t in waits] == [phase_timeout]
+    ex.roster = Roster()
+    ex.handshake([10, 11])
+    assert waits[1:] == [("query.handshake", expected)]
+    assert ex.roster.dead_nodes == {10, 11}     # no reply by then: left out
