@@ -21,7 +21,7 @@ from corolla.messages import NodeInfo
 from corolla.secagg.identity import fingerprint, handshake_statement, verify
 from corolla.secagg.primitives import SecAggError
 from corolla.util import id_ranges
-from server_app.transport import Transport
+from server_app.transport import TIMEOUT_PREFIX, Transport
 
 
 class Roster:
@@ -76,6 +76,8 @@ class Roster:
             rep = replies.get(idx, "no reply")
             if isinstance(rep, str):
                 why = rep.strip().splitlines()[-1][:600] if rep.strip() else "no reply"
+                if why.startswith(TIMEOUT_PREFIX):   # say which bound a slow start ran into
+                    why += " to its handshake (handshake-timeout)"
                 log(WARNING, "node %s failed the handshake (%s); ignored", node, why)
                 self.failures[node] = why
                 self.dead_nodes.add(node)

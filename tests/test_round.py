@@ -358,7 +358,9 @@ def test_first_contact_waits_for_the_handshake_timeout_not_a_short_phase_timeout
     class T(Transport):
         def exchange(self, msgs, mtype, timeout, limits=None):
             waits.append((mtype, timeout))
-            return super().exchange(msgs, mtype, timeout, limits) if mtype != "query.handshake" else iter(())
+            if mtype != "query.handshake":
+                return super().exchange(msgs, mtype, timeout, limits)
+            return iter([(i, f"{TIMEOUT_PREFIX} {timeout:.0f} s") for i in range(len(msgs))])  # as GridTransport
 
     ex.transport = T()
     ex.exchange(Phase.TRAIN, 1, [0, 1, 2, 3], Download())    # a round's phase: phase-timeout
@@ -366,4 +368,5 @@ def test_first_contact_waits_for_the_handshake_timeout_not_a_short_phase_timeout
     ex.roster = Roster()
     ex.handshake([10, 11])
     assert waits[1:] == [("query.handshake", expected)]
-    assert ex.roster.dead_nodes == {10, 11}     # no reply by then: left out
+    assert ex.roster.dead_nodes == {10, 11}     # no reply by then: left out, with the key to raise named
+    assert ex.roster.failures[10] == f"no reply within {expected:.0f} s to its handshake (handshake-timeout)"
