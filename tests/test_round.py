@@ -370,3 +370,5 @@ def test_first_contact_waits_for_the_handshake_timeout_not_a_short_phase_timeout
     assert waits[1:] == [("query.handshake", expected)]
     assert ex.roster.dead_nodes == {10, 11}     # no reply by then: left out, with the key to raise named
     assert ex.roster.failures[10] == f"no reply within {expected:.0f} s to its handshake (handshake-timeout)"
+    assert str(NoClients(ex.roster.failures)) == (f"no node could host a logical client: no reply within {expected:.0f} s "
+                                                  "to its handshake (handshake-timeout) (nodes 10, 11)")
