@@ -140,8 +140,10 @@ class Exchanger:
 
     def handshake_timeout(self) -> float:
         """How long a node's first contact may take: ``handshake-timeout`` (a ClientApp's start and
-        data load), never less than ``phase-timeout``."""
-        return max(float(self.cfg.get("handshake-timeout", 0.0) or 0.0), float(self.cfg["phase-timeout"]))
+        data load), never less than ``phase-timeout``. A run resumed from a ``config.json`` written
+        before the key existed has none and keeps the bound it started with, ``phase-timeout``."""
+        phase = float(self.cfg["phase-timeout"])
+        return max(float(self.cfg.get("handshake-timeout", phase)), phase)
 
     def handshake(self, node_ids: list[int]) -> None:
         self.roster.handshake(self.transport, node_ids, self.handshake_request, self.handshake_timeout())

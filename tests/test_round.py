@@ -372,3 +372,9 @@ def test_first_contact_waits_for_the_handshake_timeout_not_a_short_phase_timeout
     assert ex.roster.failures[10] == f"no reply within {expected:.0f} s to its handshake (handshake-timeout)"
     assert str(NoClients(ex.roster.failures)) == (f"no node could host a logical client: no reply within {expected:.0f} s "
                                                   "to its handshake (handshake-timeout) (nodes 10, 11)")
+
+
+def test_a_run_resumed_from_a_config_without_handshake_timeout_keeps_its_phase_timeout():
+    ex, _ = _exchanger()
+    ex.cfg = {k: v for k, v in ex.cfg.items() if k != "handshake-timeout"}   # an older run's config.json
+    assert ex.handshake_timeout() == ex.cfg["phase-timeout"] == 1.0
