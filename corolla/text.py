@@ -12,10 +12,14 @@ attributes as scalars):
 ``reference-prompt-bugs = true`` reproduces the authors' code (UF embedding.py:57-122): the
 ``user'id`` spelling, the pandas *Series* reprs that ``str.format`` receives instead of scalars,
 the profile of raw user ``u`` given to 0-based user ``u`` (so user 0 gets empty Series), and, for
-ML-100K, the gender and age columns swapped by the code's column names.
+ML-100K, the gender and age columns swapped by the code's column names. On Lastfm-2K the code reads
+its published ``user.dat`` (1,484 rows: the users with at least 3 distinct tagged artists, ``uid``
+the 0-based row, ``tag`` their number of distinct artists;
+:func:`corolla.data.loaders.load_lastfm_tagged_user_file`), so 0-based user k of the 1,600 gets row
+k, another user's count, and users from 1,484 on get empty Series.
 
 The vectors never leave the node: :func:`user_vectors` caches them on the node's disk
-(``$COROLLA_CACHE/text/<key>.npy``, key = encoder, template switch, dataset and user ids), so the
+(``$COROLLA_CACHE/text/<key>.npy``, key = the encoder and the prompts themselves), so the
 encoder (seconds to load) runs once per node and run configuration, not once per message.
 
 Encoder (``text-encoder``): ``all-MiniLM-L6-v2`` (384-d, L2-normalised) loads offline from the
@@ -73,12 +77,23 @@ def ml_prompts(raw_ids: np.ndarray, columns: dict[str, np.ndarray], profile_ids:
     return out
 
 
-def tag_prompts(raw_ids: np.ndarray, tags: np.ndarray, bugs: bool) -> list[str]:
-    """``uid,tag`` prompts (tag = the user's number of interactions)."""
-    if not bugs:
-        return [PAPER_TAG.format(uid=u, tag=t) for u, t in zip(raw_ids.tolist(), tags.tolist())]
-    return [CODE_TAG.format(series_repr(r, u, "uid", "int64"), series_repr(r, t, "tag", "int64"))
-            for r, (u, t) in enumerate(zip(raw_ids.tolist(), tags.tolist()))]
+def tag_prompts(raw_ids: np.ndarray, tags: np.ndarray) -> list[str]:
+    """The paper's ``uid,tag`` prompts: each user's own raw id and tag as scalars."""
+    return [PAPER_TAG.format(uid=u, tag=t) for u, t in zip(raw_ids.tolist(), tags.tolist())]
+
+
+def code_tag_prompts(dense: np.ndarray, file_uid: np.ndarray, file_tag: np.ndarray) -> list[str]:
+    """The authors' code's ``uid,tag`` prompts (UF embedding.py:100-106) of the 0-based users
+    ``dense``: it selects the file's rows whose ``uid`` equals the user's 0-based id and formats
+    the one-row Series, or the empty ones when no row has that uid."""
+    row_of = {int(u): r for r, u in enumerate(file_uid.tolist())}
+    out = []
+    for k in dense.tolist():
+        r = row_of.get(int(k))
+        uid = series_repr(r, file_uid[r] if r is not None else None, "uid", "int64")
+        tag = series_repr(r, file_tag[r] if r is not None else None, "tag", "int64")
+        out.append(CODE_TAG.format(uid, tag))
+    return out
 
 
 def load_encoder(name: str, device: str = "cpu"):
@@ -118,20 +133,28 @@ def prompts_for(cfg: dict, users: np.ndarray, raw_user_ids: np.ndarray, train_co
         prof = loaders.load_ml1m_users(data_dir)
         return ml_prompts(raw, prof.columns, prof.ids, bugs)
     if cfg["dataset"] == "lastfm-2k-tagged":
-        # UFGraphFR's user file of Lastfm-2K (uid, tag = the user's total number of interactions, P:381)
+        if bugs:
+            # the authors' published user file (1,484 rows, uid = row, tag = distinct tagged artists),
+            # looked up by the 0-based user id as their code does
+            f = loaders.load_lastfm_tagged_user_file(data_dir)
+            return code_tag_prompts(users, f.ids, f.columns["tag"])
+        # the paper's reading (P:381): each user's own total number of interactions
         prof = loaders.load_lastfm_tagged_users(data_dir, int(cfg["min-user-interactions"]))
         row = {int(u): r for r, u in enumerate(prof.ids.tolist())}
-        return tag_prompts(raw, prof.columns["tag"][[row[int(u)] for u in raw.tolist()]], bugs)
-    # other tag datasets: the user's number of interactions (P:381)
-    return tag_prompts(raw, train_counts[users], bugs)
+        return tag_prompts(raw, prof.columns["tag"][[row[int(u)] for u in raw.tolist()]])
+    # other tag datasets: the user's number of interactions (P:381); the code's lookup of a file of
+    # every user's raw id and count by the 0-based id
+    if bugs:
+        return code_tag_prompts(users, raw_user_ids, train_counts)
+    return tag_prompts(raw, train_counts[users])
 
 
 def user_vectors(cfg: dict, users: np.ndarray, raw_user_ids: np.ndarray, train_counts: np.ndarray,
                  data_dir: str | None) -> np.ndarray:
     """v_u of ``users`` (len(users) × d), from the node's cache or encoded (then cached)."""
-    key_src = json.dumps({"encoder": cfg["text-encoder"], "bugs": bool(cfg["reference-prompt-bugs"]),
-                          "dataset": cfg["dataset"], "users": users.tolist(),
-                          "raw": raw_user_ids[users].tolist(), "counts": train_counts[users].tolist()})
+    prompts = prompts_for(cfg, users, raw_user_ids, train_counts, data_dir)
+    # keyed by the prompts themselves, so a change of how they are built never reads stale vectors
+    key_src = json.dumps({"encoder": cfg["text-encoder"], "prompts": prompts})
     key = hashlib.sha256(key_src.encode()).hexdigest()[:24]
     path = Path(default_cache()) / "text" / f"{key}.npy"
     if path.is_file():
@@ -141,7 +164,7 @@ def user_vectors(cfg: dict, users: np.ndarray, raw_user_ids: np.ndarray, train_c
                 return v
         except (OSError, ValueError):
             pass
-    v = encode(prompts_for(cfg, users, raw_user_ids, train_counts, data_dir), cfg["text-encoder"])
+    v = encode(prompts, cfg["text-encoder"])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
     np.save(tmp, v)

@@ -265,6 +265,22 @@ def test_lastfm_tagged_is_ufgraphfrs_lastfm2k(data_dir):
     assert fed.rows("test", 0).tolist() == [kept.item[u0][kept.ts[u0] == last][0]]
 
 
+def test_lastfm_tagged_user_file_is_the_authors_user_dat_byte_for_byte(data_dir):
+    """UFGraphFR's published data/lastfm-2k/user.dat (git blob 5b2ef27 at 853ca8a, 10,344 bytes):
+    the users with >= 3 distinct tagged artists, uid = row, tag = their distinct artists."""
+    import hashlib
+
+    from corolla.data.loaders import load_lastfm_tagged_user_file
+
+    f = load_lastfm_tagged_user_file(data_dir)
+    assert len(f.ids) == 1484 and f.ids.tolist() == list(range(1484))
+    assert f.columns["tag"][:10].tolist() == [10, 9, 57, 34, 4, 7, 101, 13, 20, 257]
+    assert f.columns["raw"][:6].tolist() == [2, 3, 4, 5, 6, 8]   # raw user 7 tagged 2 distinct artists
+    body = ("\n".join(f"{u},{t}" for u, t in zip(f.ids.tolist(), f.columns["tag"].tolist())) + "\n").encode()
+    assert len(body) == 10344
+    assert hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest() == "5b2ef274f35561d149d41c4f2675d40e9a6c750f"
+
+
 def test_lastfm_tagged_missing_offline_names_the_file_and_url(tmp_path, monkeypatch):
     monkeypatch.setenv("COROLLA_OFFLINE", "1")
     monkeypatch.delenv("COROLLA_DATA", raising=False)

