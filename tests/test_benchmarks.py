@@ -664,3 +664,20 @@ def test_sweep_refuses_a_note_without_record_and_an_empty_note():
         res = subprocess.run([sys.executable, script, "--data-dir", "/nowhere", *extra, "fedavg-mf-ml100k"],
                              capture_output=True, text=True)
         assert res.returncode == 2 and msg in res.stderr
+
+
+def test_ufgraphfr_authors_lastfm_data_writes_table_3_and_the_authors_user_file(tmp_path, data_dir):
+    """ratings.dat: UFGraphFR's Table 3 rows in HetRec's order with the dates; user.dat: the
+    authors' published file (the script refuses any other git blob)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import ufgraphfr_authors_lastfm_data as L
+
+    L.main(["--data-dir", str(data_dir), "--out", str(tmp_path / "lastfm-2k")])
+    rows = (tmp_path / "lastfm-2k" / "ratings.dat").read_text().splitlines()
+    assert len(rows) == 185650 and rows[0] == "2,52,1,20090401"
+    users = {r.split(",")[0] for r in rows}
+    items = {r.split(",")[1] for r in rows}
+    assert (len(users), len(items)) == (1600, 12454)
+    dat = (tmp_path / "lastfm-2k" / "user.dat").read_bytes()
+    assert len(dat) == 10344 and dat.startswith(b"0,10\n1,9\n2,57\n")
+    assert not list((tmp_path / "lastfm-2k").glob("*.tmp"))
