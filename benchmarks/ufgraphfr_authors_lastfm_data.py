@@ -63,9 +63,10 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True, type=Path, help="the checkout's data/lastfm-2k folder")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
+    user_dat = user_dat_bytes(a.data_dir)      # checked first: nothing is written for another HetRec file
     lines = ratings_lines(a.data_dir)
     write(a.out / "ratings.dat", ("\n".join(lines) + "\n").encode())
-    write(a.out / "user.dat", user_dat_bytes(a.data_dir))
+    write(a.out / "user.dat", user_dat)
     print(f"{a.out}: ratings.dat {len(lines)} rows, user.dat (git blob {USER_DAT_BLOB[:7]})")
 
 
