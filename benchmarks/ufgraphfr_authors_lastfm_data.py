@@ -27,17 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from corolla.data.loaders import load_lastfm_tagged, load_lastfm_tagged_user_file
+from corolla.data.splits import filter_interactions
 
 USER_DAT_BLOB = "5b2ef274f35561d149d41c4f2675d40e9a6c750f"   # UF 853ca8a data/lastfm-2k/user.dat
 
 
 def ratings_lines(data_dir) -> list[str]:
-    inter = load_lastfm_tagged(data_dir)
-    keep = np.bincount(inter.user, minlength=inter.n_users)[inter.user] >= 5
-    uid = np.asarray(inter.user_ids)[inter.user[keep]]
-    iid = np.asarray(inter.item_ids)[inter.item[keep]]
-    ts = np.asarray(inter.ts)[keep]
-    return [f"{u},{i},1,{t}" for u, i, t in zip(uid.tolist(), iid.tolist(), ts.tolist())]
+    kept = filter_interactions(load_lastfm_tagged(data_dir), 0.0, 5)   # min-user-interactions = 5, file order kept
+    uid, iid = np.asarray(kept.user_ids)[kept.user], np.asarray(kept.item_ids)[kept.item]
+    return [f"{u},{i},1,{t}" for u, i, t in zip(uid.tolist(), iid.tolist(), kept.ts.tolist())]
 
 
 def user_dat_bytes(data_dir) -> bytes:
