@@ -263,3 +263,54 @@ def test_each_board_links_to_its_own_datasets_section():
         assert len(set(secs.values())) == len(secs), f"{title}: datasets share a section: {secs}"
     absent = [b for b in boards if b.section == "Datasets not on this machine"]
     assert absent and not [b.id for b in absent if any(r.ours for r in b.rows)]
+
+
+def _one_table(tmp_path, extra: str) -> Path:
+    """A catalogue of one table with one row that ran (FedCA's PMF ML-100K result) and one that did not."""
+    cat = tmp_path / "t.toml"
+    cat.write_text('[[table]]\nid = "t"\npaper = "FedCA"\ntitle = "T"\nprotocol = "p"\nmetrics = ["hr@10", "ndcg@10"]\n'
+                   'section = "s"\ndatasets = ["ML-100K"]\n'
+                   'values = """\nFedCA | 0.30 0.20\nLocal | 0.30 0.20\n"""\n'
+                   '[table.ours]\n"FedCA|ML-100K" = ["fedca-pmf-ml100k.json"]\n' + extra)
+    return cat
+
+
+def test_a_long_note_needs_its_one_line_verdict_and_stays_as_evidence(tmp_path):
+    long_note = "in part located: " + "a measured detail, " * 15
+    long_reason = "not run: " + "the measured cost per round, " * 10
+    notes = f'[table.notes]\n"FedCA|ML-100K" = "{long_note}"\n[table.reasons]\n"Local" = "{long_reason}"\n'
+    with pytest.raises(ConfigError, match=r"FedCA\|ML-100K.*longer than 200|longer than 200.*FedCA\|ML-100K"):
+        build(_one_table(tmp_path, notes), RESULTS)
+    ok = notes + ('[table.verdicts]\n"FedCA|ML-100K" = "in part located: a measured detail"\n'
+                  '"Local" = "not run: the measured cost"\n')
+    (board,) = build(_one_table(tmp_path, ok), RESULTS)
+    fedca, local = board.rows
+    assert fedca.status == "not reproduced"   # 0.30 / 0.20 in the paper: far below the run
+    assert fedca.reason.endswith("; in part located: a measured detail") and long_note not in fedca.reason
+    assert fedca.evidence == long_note
+    assert local.reason == "not run: the measured cost" and local.evidence == long_reason
+    md = markdown([board])
+    table_part, _, evidence_part = md.partition("The evidence behind the one-line reasons:")
+    assert long_note not in table_part and f"- **FedCA**: {long_note}" in evidence_part
+    assert f"- **Local**: {long_reason}" in evidence_part
+    from corolla.report.render import _board_html
+    assert "<details><summary>evidence</summary>in part located: a measured detail" in _board_html(board, None, "")
+
+
+@pytest.mark.parametrize("verdicts, match", [
+    ('"FedCA|ML-100K" = "' + "x" * 161 + '"', "at most 160 characters"),
+    ('"FedCA|ML-100K" = "two\\nlines"', "at most 160 characters"),
+    ('"Local|ML-100K" = "a verdict for nothing"', "no note or reason"),
+])
+def test_a_bad_verdict_is_named(tmp_path, verdicts, match):
+    cat = _one_table(tmp_path, '[table.notes]\n"FedCA|ML-100K" = "short"\n[table.verdicts]\n' + verdicts + "\n")
+    with pytest.raises(ConfigError, match=match):
+        build(cat, RESULTS)
+
+
+def test_every_reason_of_the_leaderboard_is_one_line():
+    """The catalogue's long notes print as their verdicts; the reason column stays short."""
+    boards = build(CATALOGUE, RESULTS)
+    for b in boards:
+        for r in b.rows:
+            assert len(r.reason) <= 320, f"{b.id} {r.method}: reason of {len(r.reason)} characters"

@@ -36,6 +36,7 @@ class Row:
     status: str = "not run"
     reason: str = ""
     note: str = ""
+    evidence: str = ""  # the long note or not-run reason a one-line verdict stands for (shown under the table)
 
     def mean(self, results: list[Result], k: str) -> float | None:
         vals = [r.metrics[k] for r in results if k in r.metrics and r.metrics[k] is not None]
@@ -134,6 +135,7 @@ def build(catalogue: Path, results_dir: Path) -> list[Board]:
             for k in t.get(field_, {}):
                 if k not in known:
                     raise ConfigError(f"{where}: [{field_}] names {k!r}, which is no 'method|dataset' of the table")
+        verdicts = _verdicts(t, where)
         source = t.get("source", "metrics")
         for j, d in enumerate(ds):
             b_rows = []
@@ -145,18 +147,48 @@ def build(catalogue: Path, results_dir: Path) -> list[Board]:
                                _files(t.get("authors", {}).get(key, []), results_dir, where)]
                 row.note = t.get("notes", {}).get(key, "")
                 if row.ours:
+                    if key in verdicts and row.note:
+                        row.note, row.evidence = verdicts[key], row.note
                     row.status = status_of(row.delta, tol, level)
                     cap = t.get("cap", {}).get(key)
                     if cap and STATUSES.index(cap) > STATUSES.index(row.status):
                         row.status = cap
                     row.reason = _reason(row, tol)
+                    if row.status == "reproduced":  # its reason is the deltas alone
+                        row.evidence = ""
                 else:
                     r = t.get("reasons", {})
-                    row.reason = r.get(key) or r.get(name) or r.get(f"|{d}") or "not run"
+                    rk = next((k for k in (key, name, f"|{d}") if r.get(k)), None)
+                    row.reason = r[rk] if rk else "not run"
+                    if rk in verdicts:
+                        row.reason, row.evidence = verdicts[rk], r[rk]
                 b_rows.append(row)
             boards.append(Board(f"{t['id']}-{_slug(d)}", t["paper"], t["title"], d, t["protocol"], mets,
                                 t.get("sections", {}).get(d, t["section"]), b_rows))
     return boards
+
+
+VERDICT_MAX = 160  # characters: a verdict is one line of the leaderboard's reason column
+LONG_TEXT = 200  # a note or not-run reason longer than this needs a verdict
+
+
+def _verdicts(t: dict[str, Any], where: str) -> dict[str, str]:
+    """``[table.verdicts]``: the one-line form of a long note or not-run reason, under the same key. The
+    leaderboard prints the verdict in its reason column and the long text under the table as its evidence.
+    Every note or reason longer than ``LONG_TEXT`` characters must have one."""
+    v = t.get("verdicts", {})
+    long_texts = {k: x for f in ("notes", "reasons") for k, x in t.get(f, {}).items()}
+    for k, text in v.items():
+        if k not in long_texts:
+            raise ConfigError(f"{where}: [verdicts] names {k!r}, which has no note or reason to stand for")
+        if not isinstance(text, str) or not text.strip() or "\n" in text or len(text) > VERDICT_MAX:
+            raise ConfigError(f"{where}: [verdicts] {k!r}: expected one line of at most {VERDICT_MAX} characters, "
+                              f"got {len(text) if isinstance(text, str) else type(text).__name__}")
+    missing = [k for k, x in long_texts.items() if len(x) > LONG_TEXT and k not in v]
+    if missing:
+        raise ConfigError(f"{where}: the notes or reasons {missing} are longer than {LONG_TEXT} characters: "
+                          "give each a one-line [verdicts] entry")
+    return v
 
 
 def _reason(row: Row, tol: float) -> str:

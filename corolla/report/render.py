@@ -84,6 +84,10 @@ def markdown(boards: list[Board], results_link: str | None = "results.md") -> st
             lines.append(f"| {r.method} | " + " | ".join(ours_text(r)) + f" | {seeds(r)} | " +
                          " | ".join(fmt(v) for v in r.paper_values) +
                          f" | {auth} | {delta} | {r.status} | {r.reason} | {w} | {by} |")
+        evidence = [r for r in b.rows if r.evidence]
+        if evidence:
+            lines += ["", "The evidence behind the one-line reasons:", ""]
+            lines += [f"- **{r.method}**: {r.evidence}" for r in evidence]
     return "\n".join(lines) + "\n"
 
 
@@ -130,6 +134,10 @@ def _cls(status: str) -> str:
     return status.replace(" ", "-")
 
 
+def _evidence_html(r: Row) -> str:
+    return "" if not r.evidence else f"<details><summary>evidence</summary>{html.escape(r.evidence)}</details>"
+
+
 def _board_html(b: Board, results_href: str | None, img: str) -> str:
     e = html.escape
     head = ("<tr><th>method</th>" + "".join(f"<th>ours {e(k)}</th>" for k in b.metrics) + "<th>runs</th>" +
@@ -147,7 +155,7 @@ def _board_html(b: Board, results_href: str | None, img: str) -> str:
                     f"<td>{e(r.method)}</td>" + "".join(f'<td class="num">{e(t)}</td>' for t in ours_text(r)) +
                     f'<td class="num">{seeds(r)}</td>' + "".join(f'<td class="num">{fmt(v)}</td>' for v in r.paper_values) +
                     f'<td class="num">{auth}</td><td class="num">{delta}</td><td>{e(r.status)}</td>'
-                    f'<td class="reason">{e(r.reason)}{more}</td><td class="num">{w}</td><td class="num">{by}</td></tr>')
+                    f'<td class="reason">{e(r.reason)}{more}{_evidence_html(r)}</td><td class="num">{w}</td><td class="num">{by}</td></tr>')
     return (f'<h3 id="{e(b.id)}">{e(b.paper)} · {e(b.title)} · {e(b.dataset)}</h3>\n'
             f'<p>{e(b.protocol)}. Details: {details}.</p>\n'
             f"<table>{head}{''.join(body)}</table>\n" + (f'<img src="{img}" alt="{e(b.id)}: ours vs paper">\n' if img else ""))
