@@ -177,14 +177,14 @@ def _verdicts(t: dict[str, Any], where: str) -> dict[str, str]:
     leaderboard prints the verdict in its reason column and the long text under the table as its evidence.
     Every note or reason longer than ``LONG_TEXT`` characters must have one."""
     v = t.get("verdicts", {})
-    long_texts = {k: x for f in ("notes", "reasons") for k, x in t.get(f, {}).items()}
+    texts = [(k, x) for f in ("notes", "reasons") for k, x in t.get(f, {}).items()]  # a key may be in both
     for k, text in v.items():
-        if k not in long_texts:
+        if k not in {key for key, _ in texts}:
             raise ConfigError(f"{where}: [verdicts] names {k!r}, which has no note or reason to stand for")
         if not isinstance(text, str) or not text.strip() or "\n" in text or len(text) > VERDICT_MAX:
             raise ConfigError(f"{where}: [verdicts] {k!r}: expected one line of at most {VERDICT_MAX} characters, "
                               f"got {len(text) if isinstance(text, str) else type(text).__name__}")
-    missing = [k for k, x in long_texts.items() if len(x) > LONG_TEXT and k not in v]
+    missing = sorted({k for k, x in texts if len(x) > LONG_TEXT and k not in v})
     if missing:
         raise ConfigError(f"{where}: the notes or reasons {missing} are longer than {LONG_TEXT} characters: "
                           "give each a one-line [verdicts] entry")
