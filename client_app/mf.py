@@ -49,12 +49,16 @@ class ParamClient(LogicalClient):
         model = build_model(self.cfg, len(self.users), self.fed.n_items)
         user_init(model, self.cfg, self.cid)
         state = model.get_arrays(["user.weight"])
-        state.update(shared_init(self.cfg, self.fed.n_items))
+        state.update(self.start_shared())
         if self.cfg["train-samples"] == "fixed-triples":
             s = fixed_triples(self.fed, self.users, self.cfg["neg-pool"], rng(self.cfg["seed"], "triples", self.cid),
                               self.item_mask)
             state.update({f"samples/{k}": v for k, v in s.items()})
         return state
+
+    def start_shared(self) -> dict[str, np.ndarray]:
+        """The item table (and tower) this client starts from: the one every client shares."""
+        return shared_init(self.cfg, self.fed.n_items)
 
     def samples(self, state, rnd: int) -> dict[str, np.ndarray]:
         if self.cfg["train-samples"] == "fixed-triples":
@@ -127,3 +131,10 @@ class FedAvgClient(ParamClient):
 
 class LocalClient(ParamClient):
     federated = False
+
+    def start_shared(self) -> dict[str, np.ndarray]:
+        """``local-init = shared``: the draw every client shares (FedCA's code starts all clients
+        from one model); ``per-client``: a draw of this client's own, as FedCIA's code builds one
+        model per client for its no-aggregation rows (``flalgorithm/base.py``, ``build_model``)."""
+        return shared_init(self.cfg, self.fed.n_items,
+                           self.cid if self.cfg.get("local-init") == "per-client" else None)

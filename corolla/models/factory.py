@@ -49,11 +49,12 @@ def init_params(model: RecModel, std: float, seed: int, names: list[str], mlp_in
                 p.zero_()
 
 
-def shared_init(cfg: dict[str, Any], n_items: int) -> dict[str, np.ndarray]:
-    """The shared parameters every logical client and the server start from (same seed -> same)."""
+def shared_init(cfg: dict[str, Any], n_items: int, cid: int | None = None) -> dict[str, np.ndarray]:
+    """The shared parameters every logical client and the server start from (same seed -> same);
+    with ``cid``, a draw of their own for that client alone (``local-init = per-client``)."""
     m = build_model(cfg, 1, n_items)
-    init_params(m, cfg["init-std"], stable_seed(cfg["seed"], "shared-init"), m.shared_names(),
-                cfg.get("mlp-init", "xavier"))
+    seed = stable_seed(cfg["seed"], "shared-init") if cid is None else stable_seed(cfg["seed"], "client-init", cid)
+    init_params(m, cfg["init-std"], seed, m.shared_names(), cfg.get("mlp-init", "xavier"))
     return m.get_arrays(m.shared_names())
 
 
