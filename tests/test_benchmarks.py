@@ -681,3 +681,52 @@ def test_ufgraphfr_authors_lastfm_data_writes_table_3_and_the_authors_user_file(
     dat = (tmp_path / "lastfm-2k" / "user.dat").read_bytes()
     assert len(dat) == 10344 and dat.startswith(b"0,10\n1,9\n2,57\n")
     assert not list((tmp_path / "lastfm-2k").glob("*.tmp"))
+
+
+_FEDCIA_LOG = """\
+2026-12-06 01:15:00,000 - Base_MLP - INFO - Use device: cpu
+2026-12-06 01:15:03,530 - Base_MLP - INFO - Finish valid valid set epoch 0 in 3.53s, f1: [0.005], mrr: [0.0128], ndcg: [0.0214].
+2026-12-06 01:15:06,950 - Base_MLP - INFO - Finish valid valid set epoch 1 in 3.42s, f1: [0.006], mrr: [0.0132], ndcg: [0.0217].
+2026-12-06 01:15:10,510 - Base_MLP - INFO - Finish valid valid set epoch 2 in 3.56s, f1: [0.006], mrr: [0.0140], ndcg: [0.0220].
+2026-12-06 01:15:10,600 - Base_MLP - INFO - early stop at epoch 2
+2026-12-06 01:15:12,000 - Base_MLP - INFO - f1: [0.0112], mrr: [0.0748], ndcg: [0.1074].
+"""
+
+
+def test_fedcia_authors_log_reads_the_first_best_valid_round_and_the_final_test(tmp_path):
+    log, ini, out = tmp_path / "output.log", tmp_path / "c.ini", tmp_path / "r.json"
+    log.write_text(_FEDCIA_LOG)
+    ini.write_text("[exp]\nname = Base_MLP\nrandom_seed = 42\n[dataset]\nclient_num = 943\n")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedcia_authors_log.py"), str(log), str(ini),
+                        str(out), "--command", "python -m entry.base --config=c.ini"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(out.read_text())
+    assert d["metrics"] == {"f1@10": 0.0112, "mrr@10": 0.0748, "ndcg@10": 0.1074}
+    assert d["selected_round"] == 2                      # rounds 2 and 3 tie: the stopper's strict '>'
+    assert [r["round"] for r in d["rounds"]] == [1, 2, 3] and d["rounds"][2]["round_s"] == 3.56
+    assert d["stopped_early"] and d["config"]["dataset"]["client_num"] == "943"
+    from corolla.report.sources import read_result
+    assert read_result(out, "authors", ["f1@10"]).metrics["mrr@10"] == 0.0748
+
+
+def test_fedcia_authors_log_refuses_an_unfinished_run(tmp_path):
+    log, ini = tmp_path / "output.log", tmp_path / "c.ini"
+    log.write_text(_FEDCIA_LOG.rsplit("\n", 2)[0] + "\n")          # no final test line
+    ini.write_text("[exp]\nname = x\n")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedcia_authors_log.py"), str(log), str(ini),
+                        str(tmp_path / "r.json"), "--command", "x"], capture_output=True, text=True)
+    assert p.returncode != 0 and "found 0" in p.stderr and not (tmp_path / "r.json").exists()
+
+
+def test_fedcia_authors_log_reads_a_one_shot_gfcf_run(tmp_path):
+    log, ini, out = tmp_path / "output.log", tmp_path / "c.ini", tmp_path / "r.json"
+    log.write_text("x - Fedgsp - INFO - Use device: cpu\n1\n2\n"
+                   "x - Fedgsp - INFO - f1: [0.15], mrr: [0.25], ndcg: [0.33].\n"
+                   "x - Fedgsp - INFO - f1: [0.2354], mrr: [0.5808], ndcg: [0.6701].\n")
+    ini.write_text("[exp]\nname = Fedgsp\n")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedcia_authors_log.py"), str(log), str(ini),
+                        str(out), "--command", "x"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(out.read_text())
+    assert d["one_shot"] and d["rounds"] == [] and d["valid"]["f1@10"] == 0.15
+    assert d["metrics"] == {"f1@10": 0.2354, "mrr@10": 0.5808, "ndcg@10": 0.6701}
