@@ -16,16 +16,16 @@ from tests.test_oneuser_fullrank import tiny_federation
 
 
 def _starts(cls, mode):
-    over = {"dim": 4, "mlp-layers": "8,4"} | ({} if mode is None else {"local-init": mode})
+    over = {"dim": 4, "mlp-layers": "8,4", "local-init": mode}
     cfg = resolve("local-mlp-ml100k-943", over)
     fed = tiny_federation()
     states = [cls(cfg, fed, c, np.array([c]), torch.device("cpu")).init_state() for c in range(3)]
     return cfg, fed, states
 
 
-@pytest.mark.parametrize("mode", [None, "shared"])
-def test_shared_start_is_one_draw_for_every_client(mode):
-    cfg, fed, states = _starts(LocalClient, mode)
+def test_shared_start_is_one_draw_for_every_client():
+    assert resolve("fedavg-mf-ml100k", {"method": "local"})["local-init"] == "shared"      # the default
+    cfg, fed, states = _starts(LocalClient, "shared")
     want = shared_init(cfg, fed.n_items)
     for st in states:
         for k, v in want.items():
