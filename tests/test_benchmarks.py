@@ -730,3 +730,19 @@ def test_fedcia_authors_log_reads_a_one_shot_gfcf_run(tmp_path):
     d = json.loads(out.read_text())
     assert d["one_shot"] and d["rounds"] == [] and d["valid"]["f1@10"] == 0.15
     assert d["metrics"] == {"f1@10": 0.2354, "mrr@10": 0.5808, "ndcg@10": 0.6701}
+
+
+def test_random_ranking_draw_is_a_uniform_top_k_of_the_unmasked_items():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from random_ranking import one_draw
+    from tests.test_oneuser_fullrank import tiny_federation
+
+    fed = tiny_federation()                        # 15 items; each user 4 train, 2 valid, 2 test (user 3: none)
+    users = [u for u in range(fed.n_users) if len(fed.rows("test", u))]
+    # top 3 of 15 - 4 train - 2 valid = 9 candidates holding 2 test items: E[hits] = 3 * 2 / 9
+    runs = [one_draw(fed, "test", [3], True, True, np.random.default_rng(s)) for s in range(1500)]
+    assert np.mean([r["precision@3"] for r in runs]) == pytest.approx(2 / 9, abs=0.01)
+    assert np.mean([r["hr@3"] for r in runs]) == pytest.approx(1 - (7 * 6 * 5) / (9 * 8 * 7), abs=0.02)
+    assert all(r["compat:f1@3"] > 0 for r in runs[:5]) and len(users) == fed.n_users - 1
+    with_valid = [one_draw(fed, "test", [3], False, False, np.random.default_rng(s)) for s in range(1500)]
+    assert np.mean([r["precision@3"] for r in with_valid]) == pytest.approx(2 / 11, abs=0.01)   # valid unmasked
