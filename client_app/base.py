@@ -89,7 +89,7 @@ class LogicalClient:
             s = self.scores(state, shared, personal, rows, None).astype(np.float64)
             parts.append(full_rank_metrics(s, fed, self.users[rows].tolist(), split, self.ks,
                                            cfg["compat-fedcia-metrics"], [self.item_mask] * len(rows),
-                                           cfg["test-mask-valid"]))
+                                           cfg["test-mask-valid"], cfg["compat-sigmoid-ranking"]))
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def phase_topk(self, rnd: int, state, shared, personal) -> PhaseResult:
@@ -118,13 +118,17 @@ def full_rank_block(n_users: int, n_items: int) -> int:
 
 
 def full_rank_metrics(s: np.ndarray, fed, users: list[int], split: str, ks: list[int], fedcia: bool,
-                      item_masks=None, mask_valid: bool = True) -> dict[str, np.ndarray]:
+                      item_masks=None, mask_valid: bool = True, sigmoid32: bool = False) -> dict[str, np.ndarray]:
     """Per-user full-ranking metrics of the scores ``s`` (float64, one row per user of ``users``;
     changed in place): each user's train items masked, for test its valid items too (unless
     ``mask_valid`` is false: the ``test-mask-valid`` key), and the items
     its client does not own (``item_masks[row]``, None: all its own), then
     ``corolla.metrics.full_rank_user_metrics`` against its ``split`` items. The silo harness's
-    evaluation and the one-user harness's batched one (``client_app.oneuser``) both rank with it."""
+    evaluation and the one-user harness's batched one (``client_app.oneuser``) both rank with it.
+    ``sigmoid32`` (``compat-sigmoid-ranking``): rank the float32 sigmoid of the scores instead, as
+    FedCIA's code does, so scores that round to 1.0 tie."""
+    if sigmoid32:
+        s[:] = M.sigmoid_f32(s)
     truth = []
     for row, u in enumerate(users):
         s[row, fed.rows("train", u)] = -np.inf

@@ -132,7 +132,7 @@ def evaluate_full_rank(clients, score: Callable) -> list[dict[str, list[float]]]
                 continue
             res = full_rank_metrics(scores[sel], fed, [int(clients[part[r]].users[0]) for r in sel], split, ks,
                                     cfg["compat-fedcia-metrics"], [clients[part[r]].item_mask if own else None for r in sel],
-                                    cfg["test-mask-valid"])
+                                    cfg["test-mask-valid"], cfg["compat-sigmoid-ranking"])
             for i, r in enumerate(sel):
                 for k, v in res.items():
                     out[part[r]][f"{split}/{k}"] = [float(v[i])]

@@ -97,3 +97,22 @@ def test_top_k_of_wide_rows_equals_sorting_the_whole_row():
     s = np.full((2, 100), -np.inf)
     s[0, 7] = 1.0
     np.testing.assert_array_equal(top_k(s, 3), [[7, 0, 1], [0, 1, 2]])
+
+
+def test_sigmoid_ranking_ties_saturated_scores_as_fedcias_code():
+    import torch
+
+    from client_app.base import full_rank_metrics
+    from tests.test_oneuser_fullrank import tiny_federation
+
+    x = np.array([-40.0, 0.0, 16.6, 16.7, 17.0, 30.0])
+    np.testing.assert_array_equal(M.sigmoid_f32(x), torch.sigmoid(torch.tensor(x, dtype=torch.float32)).double().numpy())
+    assert M.sigmoid_f32(x)[2] < 1.0 and (M.sigmoid_f32(x)[3:] == 1.0).all()      # 16.7 and up round to 1
+    fed = tiny_federation()                          # 15 items; user 0: train 1 6 9 14, valid 2 3, test 0 5
+    assert fed.rows("test", 0).tolist() == [0, 5]
+    s = np.full((1, fed.n_items), -5.0)
+    s[0, [5, 4, 7]] = [40.0, 20.0, 18.0]             # the hit 5 best by its score; misses 4 and 7 tie with it by sigmoid
+    plain = full_rank_metrics(s.copy(), fed, [0], "test", [1], False)
+    tied = full_rank_metrics(s.copy(), fed, [0], "test", [1], False, sigmoid32=True)
+    assert plain["hr@1"][0] == 1.0
+    assert tied["hr@1"][0] == 0.0                    # 4, 5, 7 tie at 1.0: the smallest id, 4, is first

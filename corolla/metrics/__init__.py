@@ -88,6 +88,15 @@ def full_rank_user_metrics(scores: np.ndarray, truth: list[np.ndarray], ks: list
     return {k: np.asarray(v, np.float64) for k, v in out.items()}
 
 
+def sigmoid_f32(scores: np.ndarray) -> np.ndarray:
+    """sigmoid(scores) computed in float32 and returned as float64: what FedCIA's code ranks
+    (``torch.sigmoid`` of float32 products); a score above about 17 gives exactly 1.0, so such
+    items tie."""
+    import torch   # torch's own float32 sigmoid: the same rounding as the code's, bit for bit
+
+    return torch.sigmoid(torch.from_numpy(np.asarray(scores, np.float32))).double().numpy()
+
+
 def fedcia_set_order(top_ids: list[int], truth: set[int]) -> tuple[float, float]:
     """FedCIA's MRR and NDCG of one user (utils/metric.py: iterates over ``set(top)``)."""
     order = list(set(top_ids))  # insertion in rank order, iteration in hash-table order
