@@ -65,7 +65,7 @@ CORE: dict[str, Key] = {
     "protocol": Key("loo", "evaluation protocol", ("loo", "full-rank")),
     "topk": Key("10", "cut-offs K of every metric, comma-separated"),
     "compat-fedcia-metrics": Key(False, "also report FedCIA's set-ordered MRR/NDCG with hits-only IDCG and F1 of means"),
-    "compat-sigmoid-ranking": Key(False, "protocol=full-rank: rank sigmoid(score) computed in float32, as FedCIA's code (its models' getUsersRating) does: scores above about 17 round to 1.0 and tie (ties to the smaller item id), where ranking the scores themselves has no ties; every reported metric, validation and test, is then of that ranking"),
+    "compat-sigmoid-ranking": Key(False, "protocol=full-rank: rank sigmoid(score) computed in float32, as FedCIA's code (its models' getUsersRating) does: scores above about 16.6 round to 1.0 and tie (ties to the smaller item id), where ranking the scores themselves has no ties; every reported metric, validation and test, is then of that ranking"),
     "compat-ties-against-positive": Key(False, "also report loo metrics with ties ranked against the positive (FedCA/UFGraphFR code)"),
     "compat-select-on-test": Key(False, "also report the paper's test-selected round (best test metric, '>=')"),
     "test-mask-valid": Key(True, "protocol=full-rank: at test, mask each user's validation items as well as its train items (false: only its train items, so validation items stay in the test ranking as non-relevant items, as codes that rank the test against everything not trained on do)"),

@@ -90,7 +90,7 @@ def full_rank_user_metrics(scores: np.ndarray, truth: list[np.ndarray], ks: list
 
 def sigmoid_f32(scores: np.ndarray) -> np.ndarray:
     """sigmoid(scores) computed in float32 and returned as float64: what FedCIA's code ranks
-    (``torch.sigmoid`` of float32 products); a score above about 17 gives exactly 1.0, so such
+    (``torch.sigmoid`` of float32 products); a score above about 16.6 gives exactly 1.0, so such
     items tie."""
     import torch   # torch's own float32 sigmoid: the same rounding as the code's, bit for bit
 
