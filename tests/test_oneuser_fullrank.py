@@ -47,7 +47,8 @@ def brute(scores_row, exclude, truth, k):
 def test_full_rank_metrics_equal_a_brute_force_ranking(monkeypatch, chunk):
     monkeypatch.setattr(OU, "FULL_RANK_CHUNK", chunk)
     fed = tiny_federation()
-    cfg = {"protocol": "full-rank", "compat-fedcia-metrics": False, "test-mask-valid": True, "rank-items": "own"}
+    cfg = {"protocol": "full-rank", "compat-fedcia-metrics": False, "test-mask-valid": True, "rank-items": "own",
+           "compat-sigmoid-ranking": False}
     S = np.random.default_rng(1).normal(size=(fed.n_users, fed.n_items)).astype(np.float32)
     S[0, :3] = S[0, 3]                                     # ties are broken by item id
     clients = [SimpleNamespace(fed=fed, cfg=cfg, ks=[3, 5], device="cpu", users=np.array([u]), item_mask=None)
@@ -81,7 +82,8 @@ def test_full_rank_metrics_equal_a_brute_force_ranking(monkeypatch, chunk):
 
 def test_full_rank_masks_items_the_client_does_not_own():
     fed = tiny_federation()
-    cfg = {"protocol": "full-rank", "compat-fedcia-metrics": True, "test-mask-valid": True, "rank-items": "own"}
+    cfg = {"protocol": "full-rank", "compat-fedcia-metrics": True, "test-mask-valid": True, "rank-items": "own",
+           "compat-sigmoid-ranking": False}
     S = np.zeros((fed.n_users, fed.n_items), np.float32)
     u = 0
     test = fed.rows("test", u)

@@ -27,7 +27,8 @@ def test_global_evaluation_ranks_with_the_global_table_and_the_own_user_vector()
     fed = tiny_federation()
     g = np.random.default_rng(3)
     d = 4
-    cfg = {"protocol": "full-rank", "compat-fedcia-metrics": False, "test-mask-valid": True, "rank-items": "own"}
+    cfg = {"protocol": "full-rank", "compat-fedcia-metrics": False, "test-mask-valid": True, "rank-items": "own",
+           "compat-sigmoid-ranking": False}
     glob = g.normal(size=(fed.n_items, d)).astype(np.float32)
     states = [{"user.weight": g.normal(size=(1, d)).astype(np.float32),
                "item.weight": g.normal(size=(fed.n_items, d)).astype(np.float32)} for _ in range(fed.n_users)]
