@@ -26,18 +26,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from corolla.metrics import fedcia_set_order, top_k  # noqa: E402
+from corolla.models.lightgcn import propagate as lightgcn_propagate  # noqa: E402
 
 
 def propagate(adj: sp.spmatrix, emb: torch.Tensor, layers: int = 5) -> torch.Tensor:
-    """Mean over layers 0..L of the normalised adjacency's propagations (``LightGCN.computer``)."""
+    """``LightGCN.computer``: Corolla's own propagation over the client's cached adjacency."""
     a = adj.tocoo()
     g = torch.sparse_coo_tensor(np.vstack([a.row, a.col]), a.data.astype(np.float32), a.shape,
                                 check_invariants=True).coalesce()
-    out, h = [emb], emb
-    for _ in range(layers):
-        h = torch.sparse.mm(g, h)
-        out.append(h)
-    return torch.stack(out, 1).mean(1)
+    return lightgcn_propagate(g, emb, layers)
 
 
 def fedcia_metrics(tops: list[list[int]], truths: list[set[int]]) -> dict[str, float]:
