@@ -746,3 +746,60 @@ def test_random_ranking_draw_is_a_uniform_top_k_of_the_unmasked_items():
     assert all(r["compat:f1@3"] > 0 for r in runs[:5]) and len(users) == fed.n_users - 1
     with_valid = [one_draw(fed, "test", [3], False, False, np.random.default_rng(s)) for s in range(1500)]
     assert np.mean([r["precision@3"] for r in with_valid]) == pytest.approx(2 / 11, abs=0.01)   # valid unmasked
+
+
+def test_fedcia_init_exports_each_clients_own_draws_and_the_wrapper_writes_them_over_the_codes(tmp_path, data_dir):
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fedcia_authors_from_init
+    import fedcia_init
+
+    from client_app.mf import FedAvgClient
+    from corolla.config import resolve
+    from corolla.data import build_federation
+
+    cfg = resolve("fedavg-mf-ml100k-943", {"seed": 7, "dim": 4})
+    fed = build_federation(cfg, data_dir)
+    out = tmp_path / "init.npz"
+    assert fedcia_init.main(["--data-dir", data_dir, "--seed", "7", str(out)]) == 0
+    z = np.load(out)
+    assert z["user"].shape == (943, 256) and z["item"].shape == (1682, 256)
+    assert z["offsets"][-1] == len(z["pos"]) == fed.count("train", np.arange(943)) == 72000
+    st = fedcia_init.initial_state(cfg, fed)       # d = 4 here: the same draws' logic, small
+    for cid in (0, 5, 942):
+        own = FedAvgClient(cfg, fed, cid, fed.clients[cid], "cpu").init_state()
+        a, b = st["offsets"][cid], st["offsets"][cid + 1]
+        assert (st["pos"][a:b] == own["samples/pos"]).all() and (st["neg"][a:b] == own["samples/neg"]).all()
+        assert (st["user"][cid] == own["user.weight"][0]).all() and (st["item"] == own["item.weight"]).all()
+        train = set(fed.rows("train", cid).tolist())
+        assert set(st["pos"][a:b].tolist()) <= train and not set(st["neg"][a:b].tolist()) & train
+
+    # the code's objects, as far as the wrapper touches them: a server item table, per-client user
+    # vectors and datasets holding S (user, pos, neg) and trainnum
+    class Obj:
+        pass
+
+    fake = Obj()
+    fake.client_num = 3
+    fake.server_model = Obj()
+    fake.server_model.embedding_item = torch.nn.Embedding(1682, 4)
+    fake.client_model, fake.dataset_list = [], []
+    for cid in range(3):
+        m = Obj()
+        m.embedding_user = torch.nn.Embedding(1, 4)
+        fake.client_model.append(m)
+        d = Obj()
+        d.trainnum = int(st["offsets"][cid + 1] - st["offsets"][cid])
+        fake.dataset_list.append(d)
+    three = {**st, "user": st["user"][:3], "offsets": st["offsets"][:4]}
+    fedcia_authors_from_init.overwrite(fake, three)
+    assert torch.equal(fake.server_model.embedding_item.weight.detach(), torch.from_numpy(st["item"]))
+    assert torch.equal(fake.client_model[2].embedding_user.weight.detach()[0], torch.from_numpy(st["user"][2]))
+    a, b = st["offsets"][1], st["offsets"][2]
+    assert fake.dataset_list[1].S.tolist() == [[0, p, n] for p, n in zip(st["pos"][a:b], st["neg"][a:b])]
+    fake.dataset_list[0].trainnum += 1
+    with pytest.raises(SystemExit, match="client 0 has"):
+        fedcia_authors_from_init.overwrite(fake, three)
+    with pytest.raises(SystemExit, match="client_num = 3"):
+        fedcia_authors_from_init.overwrite(fake, st)
