@@ -6,7 +6,7 @@ and calls its ``fit``. Run it from the root of the authors' checkout, with their
 (``benchmarks/fedcia_authors.md``); it imports nothing of Corolla's::
 
     cd FedCIA && OMP_NUM_THREADS=1 python /path/to/benchmarks/fedcia_authors_from_init.py \\
-        --config config/corolla/fedmf_943_init43.ini --init corolla-init-s43.npz
+        --config config/corolla/fedmf_943_init43.ini --init /path/to/corolla-init-s43.npz
 
 The log goes where the code's own runs write theirs (``log/<name>/<output>/output.log``), and
 ``benchmarks/fedcia_authors_log.py`` turns it into a result file.

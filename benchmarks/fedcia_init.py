@@ -5,7 +5,7 @@ On FedCIA's 943-client split (``partition = user``, the silo harness) a run of F
 by three draws: the item table every client starts from (the code's ``server_model``, loaded by
 ``client_init``), each client's user vector, and each client's training triples (the code's
 ``UniformSample``, drawn once; Corolla's ``train-samples = fixed-triples``). With one mini-batch a
-round (``batch-size`` 4096 against at most 2,000 triples a client) nothing else is random. This
+round (``batch-size`` 4096 against at most 607 triples a client) nothing else is random. This
 script writes Corolla's seed-S draws in the code's order: its client ``i`` is user row ``i`` of the
 shipped ``datasets/ml100k_943/i`` and its items are the split's columns, the same indices as
 Corolla's ``split = fedcia`` (checked on every client: :func:`check_split`).
@@ -17,7 +17,7 @@ changes. Usage (``docs/results.md``, "The authors' FedCIA code, run here")::
     python benchmarks/fedcia_init.py --data-dir $COROLLA_DATA --preset fedavg-mf-ml100k-943 \\
         --seed 43 --check-split /path/to/FedCIA/datasets/ml100k_943 corolla-init-s43.npz
     cd /path/to/FedCIA && OMP_NUM_THREADS=1 python /path/to/benchmarks/fedcia_authors_from_init.py \\
-        --config config/corolla/fedmf_943_init43.ini --init corolla-init-s43.npz
+        --config config/corolla/fedmf_943_init43.ini --init /path/to/corolla-init-s43.npz
 
 The ``.npz`` holds ``item`` (items x d), ``user`` (clients x d), ``pos`` / ``neg`` (every client's
 triples, concatenated) and ``offsets`` (clients + 1: client ``i``'s triples are
