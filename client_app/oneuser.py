@@ -27,7 +27,7 @@ import numpy as np
 
 from client_app.base import LogicalClient, full_rank_metrics
 from corolla import metrics as M
-from corolla.models.stacked import epoch_permutations, stack, training_rows
+from corolla.models.stacked import bpr_pairs, epoch_permutations, stack, training_rows
 from corolla.models.train import item_pools
 from corolla.protocol import row_keys
 from corolla.round import evaluates
@@ -51,7 +51,8 @@ def round_samples(clients, rnd: int) -> tuple[list[dict[str, np.ndarray]], list[
     """Round ``rnd``'s training rows of each one-user client (every train positive followed by
     ``num-negatives`` distinct negatives from ``neg-pool``: with ``uninteracted``, the items it
     never interacted with in any split, FedCA's ``utils/data.py:101-135``) and
-    its row order in each local epoch; seeded by (seed, client, round)."""
+    its row order in each local epoch; seeded by (seed, client, round). With ``loss = bpr`` the
+    rows are the same positives and negatives as pairs (``corolla.models.stacked.bpr_pairs``)."""
     cfg, fed = clients[0].cfg, clients[0].fed
     samples, perms = [], []
     for c in clients:
@@ -59,6 +60,8 @@ def round_samples(clients, rnd: int) -> tuple[list[dict[str, np.ndarray]], list[
         pool = np.flatnonzero(item_pools(fed, c.users, cfg["neg-pool"], c.item_mask)[0])
         rows = training_rows(fed.rows("train", u).astype(np.int64), pool, cfg["num-negatives"],
                              rng(cfg["seed"], "negatives", c.cid, rnd))
+        if cfg["loss"] == "bpr":   # the same negatives, each paired with its positive
+            rows = bpr_pairs(rows, cfg["num-negatives"])
         samples.append(rows)
         perms.append(epoch_permutations(rng(cfg["seed"], "shuffle", c.cid, rnd), len(rows["item"]),
                                         cfg["local-epochs"]))

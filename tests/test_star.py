@@ -133,3 +133,90 @@ def test_lightgcn_loss_is_the_harness_rule():
     assert resolve("fedlightgcn-ufgraphfr-ml100k", {}, None)["loss"] == "bce"   # one-user: the harness's BCE
     with pytest.raises(ConfigError, match="'loss'.*bpr"):
         resolve("fedavg-lightgcn-ml100k", {"loss": "bce"}, None)                  # silo: LightGCN's own BPR
+
+
+# --------------------------------------------------------------------------- loss = bpr
+
+
+def test_bpr_pairs_by_hand():
+    from corolla.models.stacked import bpr_pairs
+
+    rows = {"item": np.array([3, 7, 8, 5, 1, 2]), "label": np.array([1, 0, 0, 1, 0, 0], np.float32)}
+    got = bpr_pairs(rows, 2)
+    np.testing.assert_array_equal(got["item"], [3, 3, 5, 5])
+    np.testing.assert_array_equal(got["neg"], [7, 8, 1, 2])
+    np.testing.assert_array_equal(got["label"], [1, 1, 1, 1])
+    with pytest.raises(ValueError, match="k=4"):
+        bpr_pairs(rows, 4)                      # 6 rows are not blocks of 5
+    with pytest.raises(ValueError, match="positive"):
+        bpr_pairs({"item": rows["item"], "label": rows["label"][::-1].copy()}, 2)
+
+
+def _pair_problem(users=5):
+    from corolla.models.stacked import bpr_pairs, epoch_permutations
+
+    states, samples, _, positives = _problem(users)
+    g = np.random.default_rng(11)
+    pairs = [bpr_pairs(s, 4) for s in samples]
+    return states, pairs, [epoch_permutations(g, len(p["item"]), EPOCHS) for p in pairs], positives
+
+
+def test_batched_bpr_equals_lightgcn_one_user_at_a_time():
+    """``loss = bpr`` (FedLightGCN with LightGCN's own loss): the batched trainer on BPR pairs equals
+    ``corolla.models.LightGCN`` trained one user at a time on softplus(s_neg − s_pos)."""
+    states, samples, perms, positives = _pair_problem()
+    names = list(states[0])
+    params, losses = train_stacked(stack(states, names, torch.device("cpu")), samples, perms, BATCH, LR, 0.0, 0.0,
+                                   0.0, graph_layers=LAYERS)
+    got = unstack(params)
+    trainer = partial(train_stacked, batch_size=BATCH, lr_emb=LR, lr_mlp=0.0, wd_mlp=0.0, early_break=0.0,
+                      graph_layers=LAYERS)
+    compact, closses = train_users(states, samples, perms, trainer, torch.device("cpu"), chunk=2)
+    steps = EPOCHS * max(-(-len(s["item"]) // BATCH) for s in samples)
+    atol = f32_train_atol(steps, LR, 2 * (BATCH + 8) * D * (LAYERS + 1))
+    for u in range(len(states)):
+        want, loss = _reference(states[u], samples[u], perms[u], positives[u])
+        assert losses[u] == pytest.approx(loss, abs=atol)
+        assert closses[u] == pytest.approx(loss, abs=atol)
+        for k, v in want.items():
+            np.testing.assert_allclose(got[u][k], v, rtol=0, atol=atol, err_msg=f"user {u} {k}")
+            np.testing.assert_allclose(compact[u][k], v, rtol=0, atol=atol, err_msg=f"compact, user {u} {k}")
+    # the comparison can fail: the BCE on the same pairs' items (the 'neg' column dropped), or the
+    # negatives of another user
+    u = int(np.argmax([len(p) for p in positives]))
+    bce = {"item": samples[u]["item"], "label": samples[u]["label"]}
+    wrong, _ = _reference(states[u], bce, perms[u], positives[u])
+    assert_far_beyond(max_abs_diff(wrong, got[u]), atol, what="BCE instead of BPR")
+    shifted = {**samples[u], "neg": (samples[u]["neg"] + 1) % M}
+    wrong, _ = _reference(states[u], shifted, perms[u], positives[u])
+    assert_far_beyond(max_abs_diff(wrong, got[u]), atol, what="other negatives")
+    with pytest.raises(ValueError, match="one kind"):
+        train_stacked(stack(states[:2], names, torch.device("cpu")), [samples[0], bce], perms[:2], BATCH, LR, 0.0,
+                      0.0, 0.0, graph_layers=LAYERS)
+
+
+def test_fedlightgcn_bpr_is_fedavgs_only_and_trains_the_same_rows(data_dir):
+    """``loss = bpr`` on the one-user harness: FedAvg's clients (FedMF, FedNCF, FedLightGCN) take it,
+    other methods refuse it; a client's pairs are its BCE rows' positives and negatives."""
+    from client_app.oneuser import round_samples
+    from client_app.pmf import OneUserClient
+    from corolla.config import ConfigError, resolve
+    from corolla.data.federation import build_federation
+    from corolla.methods import run_params
+
+    assert resolve("fedlightgcn-ufgraphfr-ml100k", {"loss": "bpr"}, None)["loss"] == "bpr"
+    with pytest.raises(ConfigError, match="'loss'"):
+        resolve("pfedrec-ml100k", {"loss": "bpr"}, None)
+    cfgs = {loss: resolve("fedlightgcn-ufgraphfr-ml100k", {"loss": loss}, None) for loss in ("bce", "bpr")}
+    fed = build_federation(cfgs["bce"], data_dir)
+    got = {}
+    for loss, cfg in cfgs.items():
+        clients = [OneUserClient(cfg, fed, c, fed.clients[c], torch.device("cpu"), data_dir, run_params(cfg))
+                   for c in (0, 5)]
+        got[loss] = round_samples(clients, 3)
+    for rows, pairs, perm in zip(got["bce"][0], got["bpr"][0], got["bpr"][1]):
+        k = cfgs["bce"]["num-negatives"]
+        block = rows["item"].reshape(-1, k + 1)
+        np.testing.assert_array_equal(pairs["item"], np.repeat(block[:, 0], k))
+        np.testing.assert_array_equal(pairs["neg"], block[:, 1:].reshape(-1))
+        assert all(len(p) == len(pairs["item"]) for p in perm)

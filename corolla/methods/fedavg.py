@@ -7,6 +7,8 @@
 * ``one-user``: FedMF on FedCA's / UFGraphFR's protocol (FedCA paper Table 1, UFGraphFR paper Table 4): each user trains
   from the global item table; ``client_app/pmf.py``. With ``model = lightgcn``: FedLightGCN (UFGraphFR Table 4, from
   GPFedRec's paper: each client trains LightGCN on its first-order interaction subgraph), ``corolla/models/star.py``.
+  The harness's BCE on each positive and its negatives, or with ``loss = bpr`` (LightGCN's own loss; neither paper
+  gives FedLightGCN's) BPR on the same positives and negatives paired.
 * ``expanded``: FedAvg of the user and item rows on Dist-FedAvg's harness (Dist-FedAvg paper Eq. 1).
 """
 
@@ -36,7 +38,7 @@ METHODS = [
            "FedMF on one-user clients: each user trains from the global item table; with lightgcn, FedLightGCN: "
            "LightGCN over each user's first-order graph", "FedCA Table 1 FedAvg row; UFGraphFR Table 4 FedLightGCN row",
            client_options={"start_from": "global"}, row_upload=True, check=check_one_user_lightgcn,
-           requires={"optimizer": ("adam", "sgd")}),
+           requires={"optimizer": ("adam", "sgd"), "loss": ("bce", "bpr")}),
     Method("fedavg", "expanded", ("lightgcn",), "strategies.distfedavg:RowAggregation",
            "client_app.distfedavg:ExpandedClient", "example-weighted mean of each user and item row",
            "Dist-FedAvg Table 3 FedAvg row", key_owners=("distfedavg",), strategy_options={"rule": "fedavg"}),

@@ -15,7 +15,9 @@ Semantics, as the FedCA code (engine.py:114-151):
   at one rate per group (item table, user vector, the rest: :func:`learning_rates`, UFGraphFR's
   code base), equal to ``torch.optim.SGD`` per group (:func:`train_one`);
 * loss: ``BCELoss(sigmoid(logit), label)``, the mean over the mini-batch (a probability that
-  saturates to 1.0 gets no gradient, as in the code);
+  saturates to 1.0 gets no gradient, as in the code); with BPR pairs (:func:`bpr_pairs`, FedAvg's
+  ``loss = bpr`` on the one-user harness: LightGCN's own loss) softplus(s_neg − s_pos), the mean
+  over the mini-batch's pairs;
 * ``epochs`` shuffled epochs of mini-batches of ``batch_size``; after each epoch the cumulative
   mean loss L_e (sum of batch loss × batch size over all epochs so far, divided by the samples
   so far: the code never resets them) is compared with L_{e−1} (L_{−1} = 0) and the client stops
@@ -104,6 +106,14 @@ def epoch_batches(samples: list[dict[str, np.ndarray]], perms: list[list[np.ndar
         yield act, idx, it_t[idx, cols], lab_t[idx, cols], mask_t[idx, cols]
 
 
+def is_pairs(samples: list[dict[str, np.ndarray]]) -> bool:
+    """The samples are BPR pairs (a ``neg`` column, :func:`bpr_pairs`): all of them or none."""
+    kinds = {"neg" in s for s in samples}
+    if len(kinds) > 1:
+        raise ValueError("training samples: some clients have BPR pairs ('neg') and some BCE rows; expected one kind")
+    return kinds == {True}
+
+
 def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.ndarray]],
                   perms: list[list[np.ndarray]], batch_size: int, lr_emb: float, lr_mlp: float,
                   wd_mlp: float, early_break: float, penalty=None,
@@ -111,10 +121,12 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
                   sgd: dict[str, float] | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray]:
     """Train B one-user models in place of their stacked ``params``.
 
-    ``samples[b]``: ``item`` (int) and ``label`` (float) of client b's training rows;
-    ``perms[b][e]``: its row order in epoch e. ``penalty(leaf, idx)``, if given, is a term added to
-    each mini-batch's loss of the clients at positions ``idx`` (``leaf``: their parameters at that
-    step, a × ...; returns a tensor of a values): a method's change of the local objective
+    ``samples[b]``: ``item`` (int) and ``label`` (float) of client b's training rows, or, with a
+    ``neg`` column (:func:`bpr_pairs`), BPR pairs: the loss is then softplus(s_neg − s_item) per
+    pair instead of the BCE; ``perms[b][e]``: its row (pair) order in epoch e.
+    ``penalty(leaf, idx)``, if given, is a term added to each mini-batch's loss of the clients at
+    positions ``idx`` (``leaf``: their parameters at that step, a × ...; returns a tensor of a
+    values): a method's change of the local objective
     (pFedGraph's similarity term). It is back-propagated with the loss but not counted in the
     reported loss or the early break. ``graph_layers`` K: the model is LightGCN with K layers over
     each client's one-user graph, its positives being the rows of ``samples`` labelled 1
@@ -139,14 +151,20 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     prev = np.zeros(B)
     alive = n > 0
     pos = None if graph_layers is None else positive_masks(samples, params["item.weight"].shape[1], dev)
+    pairs = is_pairs(samples)
+    negs = [{"item": s["neg"], "label": s["label"]} for s in samples] if pairs else None
     b1, b2 = ADAM_BETAS
     for e in range(epochs):
+        neg_batches = epoch_batches(negs, perms, e, alive, batch_size, dev) if pairs else None
         for act, idx, it, lab, mask in epoch_batches(samples, perms, e, alive, batch_size, dev):
             cnt = mask.sum(1)
             leaf = {k: params[k][idx].detach().requires_grad_(True) for k in names}
             graph = None if pos is None else (pos[idx], graph_layers)
-            prob = torch.sigmoid(stacked_logits(leaf, it, mlp, graph))
-            per = F.binary_cross_entropy(prob, lab, reduction="none")
+            logit = stacked_logits(leaf, it, mlp, graph)
+            if pairs:   # BPR: −log σ(s_pos − s_neg) = softplus(s_neg − s_pos)
+                per = F.softplus(stacked_logits(leaf, next(neg_batches)[2], mlp, graph) - logit)
+            else:
+                per = F.binary_cross_entropy(torch.sigmoid(logit), lab, reduction="none")
             loss = (per * mask).sum(1) / cnt
             (loss if penalty is None else loss + penalty(leaf, idx)).sum().backward()
             if adam:
@@ -222,7 +240,7 @@ def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.
     """
     names = list(states[0])
     if compact:
-        uni = [np.unique(s["item"]) for s in samples]
+        uni = [np.unique(np.concatenate([s["item"], s["neg"]]) if "neg" in s else s["item"]) for s in samples]
     else:
         everything = np.arange(states[0]["item.weight"].shape[0])
         uni = [everything] * len(samples)
@@ -239,7 +257,10 @@ def train_users(states: list[dict[str, np.ndarray]], samples: list[dict[str, np.
             table[:len(uni[b])] = st["item.weight"][uni[b]]
             st["item.weight"] = table
             sub_states.append(st)
-            sub_samples.append({"item": np.searchsorted(uni[b], samples[b]["item"]), "label": samples[b]["label"]})
+            sub = {"item": np.searchsorted(uni[b], samples[b]["item"]), "label": samples[b]["label"]}
+            if "neg" in samples[b]:
+                sub["neg"] = np.searchsorted(uni[b], samples[b]["neg"])
+            sub_samples.append(sub)
         params = stack(sub_states, names, device)
         if penalty_for is None:
             params, loss = trainer(params, sub_samples, [perms[b] for b in part])
@@ -279,6 +300,7 @@ def train_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], ba
     dev = next(model.parameters()).device
     items = torch.as_tensor(samples["item"], dtype=torch.long, device=dev)
     labels = torch.as_tensor(samples["label"], dtype=torch.float32, device=dev)
+    negs = torch.as_tensor(samples["neg"], dtype=torch.long, device=dev) if "neg" in samples else None
     n = len(items)
     cum_loss = cum_n = prev = 0.0
     model.train()
@@ -288,7 +310,10 @@ def train_one(model, samples: dict[str, np.ndarray], perms: list[np.ndarray], ba
             sel = order[a:a + batch_size]
             opt.zero_grad(set_to_none=True)
             users = torch.zeros(len(sel), dtype=torch.long, device=dev)
-            loss = F.binary_cross_entropy(torch.sigmoid(model(users, items[sel])), labels[sel])
+            if negs is None:
+                loss = F.binary_cross_entropy(torch.sigmoid(model(users, items[sel])), labels[sel])
+            else:
+                loss = F.softplus(model(users, negs[sel]) - model(users, items[sel])).mean()
             loss.backward()
             opt.step()
             cum_loss += float(loss.detach()) * len(sel)
@@ -413,6 +438,20 @@ def training_rows(pos: np.ndarray, pool: np.ndarray, k: int, g: np.random.Genera
     labels = np.zeros((len(pos), k + 1), np.float32)
     labels[:, 0] = 1.0
     return {"item": items.astype(np.int64), "label": labels.reshape(-1)}
+
+
+def bpr_pairs(rows: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
+    """:func:`training_rows`' rows as BPR pairs (``loss = bpr`` on the one-user harness): each
+    positive paired with each of its ``k`` negatives, ``item`` the positive, ``neg`` the negative
+    (``label`` 1: the positives, which a one-user LightGCN's graph is built from)."""
+    items = np.asarray(rows["item"], np.int64)
+    if k < 1 or len(items) % (k + 1):
+        raise ValueError(f"bpr_pairs: expected rows of a positive followed by k={k} negatives, got {len(items)} rows")
+    block = items.reshape(-1, k + 1)
+    if not (np.asarray(rows["label"]).reshape(-1, k + 1)[:, 0] > 0).all():
+        raise ValueError("bpr_pairs: every block of rows must start with its positive (label 1)")
+    return {"item": np.repeat(block[:, 0], k), "neg": block[:, 1:].reshape(-1),
+            "label": np.ones(len(block) * k, np.float32)}
 
 
 def stack(states: list[dict[str, np.ndarray]], names: list[str], device) -> dict[str, torch.Tensor]:
