@@ -196,6 +196,21 @@ def test_fedavg_sgd_reaches_the_clients(tmp_path, data_dir):
     assert runs["sgd"]["valid_metrics"] != runs["sgd-eta"]["valid_metrics"]
 
 
+def test_fedavg_bpr_runs_through_the_round_and_rows_upload(tmp_path, data_dir):
+    """``loss = bpr`` reaches FedAvg's one-user clients through a Flower round: it changes what they
+    train, and with ``item-upload = rows`` (the rows a client trained: its positives and its
+    negatives) it gives the full upload's run on 1 or 2 nodes."""
+    base = "method=fedavg num-rounds=2"
+    bce, _ = _run(tmp_path, "bce", data_dir, 1, base)
+    full, _ = _run(tmp_path, "bpr", data_dir, 1, f"{base} loss=bpr")
+    rows, r = _run(tmp_path, "bpr-rows", data_dir, 2, f"{base} loss=bpr item-upload=rows")
+    assert all(x["status"] == "completed" for x in (bce, full, rows))
+    assert full["valid_metrics"] != bce["valid_metrics"]
+    for split in ("metrics", "valid_metrics"):
+        assert rows[split] == pytest.approx(full[split], abs=1e-6)
+    assert r[0]["phases"][0]["bytes_up"] < r[0]["train"]["clients"] * 1597 * 16 * 4
+
+
 def test_interpolation_by_hand():
     from client_app.pmf import interpolate
 

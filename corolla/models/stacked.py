@@ -122,7 +122,7 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
     """Train B one-user models in place of their stacked ``params``.
 
     ``samples[b]``: ``item`` (int) and ``label`` (float) of client b's training rows, or, with a
-    ``neg`` column (:func:`bpr_pairs`), BPR pairs: the loss is then softplus(s_neg − s_item) per
+    ``neg`` column (:func:`bpr_pairs`), BPR pairs: the loss is then softplus(s_neg − s_pos) per
     pair instead of the BCE; ``perms[b][e]``: its row (pair) order in epoch e.
     ``penalty(leaf, idx)``, if given, is a term added to each mini-batch's loss of the clients at
     positions ``idx`` (``leaf``: their parameters at that step, a × ...; returns a tensor of a
