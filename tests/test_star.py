@@ -89,8 +89,11 @@ def _reference(state, sample, perm, pos, lr=LR):
     return ref.get_arrays(), loss
 
 
-def test_batched_training_equals_lightgcn_one_user_at_a_time():
-    states, samples, perms, positives = _problem()
+def _batched_equals_reference(states, samples, perms, positives, terms: int):
+    """Train the clients batched (:func:`train_stacked`, and compacted through :func:`train_users`)
+    and check each against ``corolla.models.LightGCN`` trained alone (:func:`_reference`); returns
+    (the batched states, the tolerance). ``terms``: the logit columns a row's loss reads (1 for
+    BCE, 2 for a BPR pair)."""
     names = list(states[0])
     params, losses = train_stacked(stack(states, names, torch.device("cpu")), samples, perms, BATCH, LR, 0.0, 0.0,
                                    0.0, graph_layers=LAYERS)
@@ -98,10 +101,11 @@ def test_batched_training_equals_lightgcn_one_user_at_a_time():
     trainer = partial(train_stacked, batch_size=BATCH, lr_emb=LR, lr_mlp=0.0, wd_mlp=0.0, early_break=0.0,
                       graph_layers=LAYERS)
     compact, closses = train_users(states, samples, perms, trainer, torch.device("cpu"), chunk=2)
-    # each step's longest float32 reduction: a mini-batch of rows over d, and the sum over the
-    # positives (at most 8) in each of the K + 1 layers (tests/tolerance.py)
+    # each step's longest float32 reduction: a mini-batch of rows (times the columns a row's loss
+    # reads) over d, and the sum over the positives (at most 8) in each of the K + 1 layers
+    # (tests/tolerance.py)
     steps = EPOCHS * max(-(-len(s["item"]) // BATCH) for s in samples)
-    atol = f32_train_atol(steps, LR, (BATCH + 8) * D * (LAYERS + 1))
+    atol = f32_train_atol(steps, LR, terms * (BATCH + 8) * D * (LAYERS + 1))
     for u in range(len(states)):
         want, loss = _reference(states[u], samples[u], perms[u], positives[u])
         assert losses[u] == pytest.approx(loss, abs=atol)
@@ -109,6 +113,13 @@ def test_batched_training_equals_lightgcn_one_user_at_a_time():
         for k, v in want.items():
             np.testing.assert_allclose(got[u][k], v, rtol=0, atol=atol, err_msg=f"user {u} {k}")
             np.testing.assert_allclose(compact[u][k], v, rtol=0, atol=atol, err_msg=f"compact, user {u} {k}")
+    return got, atol
+
+
+def test_batched_training_equals_lightgcn_one_user_at_a_time():
+    states, samples, perms, positives = _problem()
+    names = list(states[0])
+    got, atol = _batched_equals_reference(states, samples, perms, positives, terms=1)
     # the comparison can fail: MF's logits (no graph), or a 1 % larger learning rate
     u = int(np.argmax([len(p) for p in positives]))
     mf, _ = train_stacked(stack([states[u]], names, torch.device("cpu")), [samples[u]], [perms[u]], BATCH, LR, 0.0,
@@ -166,21 +177,7 @@ def test_batched_bpr_equals_lightgcn_one_user_at_a_time():
     ``corolla.models.LightGCN`` trained one user at a time on softplus(s_neg − s_pos)."""
     states, samples, perms, positives = _pair_problem()
     names = list(states[0])
-    params, losses = train_stacked(stack(states, names, torch.device("cpu")), samples, perms, BATCH, LR, 0.0, 0.0,
-                                   0.0, graph_layers=LAYERS)
-    got = unstack(params)
-    trainer = partial(train_stacked, batch_size=BATCH, lr_emb=LR, lr_mlp=0.0, wd_mlp=0.0, early_break=0.0,
-                      graph_layers=LAYERS)
-    compact, closses = train_users(states, samples, perms, trainer, torch.device("cpu"), chunk=2)
-    steps = EPOCHS * max(-(-len(s["item"]) // BATCH) for s in samples)
-    atol = f32_train_atol(steps, LR, 2 * (BATCH + 8) * D * (LAYERS + 1))
-    for u in range(len(states)):
-        want, loss = _reference(states[u], samples[u], perms[u], positives[u])
-        assert losses[u] == pytest.approx(loss, abs=atol)
-        assert closses[u] == pytest.approx(loss, abs=atol)
-        for k, v in want.items():
-            np.testing.assert_allclose(got[u][k], v, rtol=0, atol=atol, err_msg=f"user {u} {k}")
-            np.testing.assert_allclose(compact[u][k], v, rtol=0, atol=atol, err_msg=f"compact, user {u} {k}")
+    got, atol = _batched_equals_reference(states, samples, perms, positives, terms=2)
     # the comparison can fail: the BCE on the same pairs' items (the 'neg' column dropped), or the
     # negatives of another user
     u = int(np.argmax([len(p) for p in positives]))

@@ -160,11 +160,13 @@ def train_stacked(params: dict[str, torch.Tensor], samples: list[dict[str, np.nd
             cnt = mask.sum(1)
             leaf = {k: params[k][idx].detach().requires_grad_(True) for k in names}
             graph = None if pos is None else (pos[idx], graph_layers)
-            logit = stacked_logits(leaf, it, mlp, graph)
-            if pairs:   # BPR: −log σ(s_pos − s_neg) = softplus(s_neg − s_pos)
-                per = F.softplus(stacked_logits(leaf, next(neg_batches)[2], mlp, graph) - logit)
+            if pairs:   # BPR: −log σ(s_pos − s_neg) = softplus(s_neg − s_pos); one pass over both columns
+                both = stacked_logits(leaf, torch.cat([it, next(neg_batches)[2]], 1), mlp, graph)
+                logit, neg_logit = both.split(it.shape[1], dim=1)
+                per = F.softplus(neg_logit - logit)
             else:
-                per = F.binary_cross_entropy(torch.sigmoid(logit), lab, reduction="none")
+                per = F.binary_cross_entropy(torch.sigmoid(stacked_logits(leaf, it, mlp, graph)), lab,
+                                             reduction="none")
             loss = (per * mask).sum(1) / cnt
             (loss if penalty is None else loss + penalty(leaf, idx)).sum().backward()
             if adam:
