@@ -178,8 +178,8 @@ def end_run_processes(flwr_home: str | Path, roots: tuple[int, ...] | list[int] 
     """End every process of the run (:func:`run_processes`; ``known``: a look taken before any
     of them was signalled, so that a process whose parent is gone is still found by its parent
     chain): SIGTERM, up to ``grace`` s to exit, then SIGKILL, repeated for processes started
-    meanwhile, until none is left or ``timeout`` s passed. Returns those still alive (none,
-    normally)."""
+    meanwhile, until none is left or ``timeout`` s passed; then reaps the adopted children that
+    are already dead (:func:`reap_adopted`). Returns those still alive (none, normally)."""
     end = time.monotonic() + timeout
     left = run_processes(flwr_home, roots, known, marker)
     if left:
@@ -194,4 +194,5 @@ def end_run_processes(flwr_home: str | Path, roots: tuple[int, ...] | list[int] 
         time.sleep(0.05)
         reap_adopted(keep)
         left = run_processes(flwr_home, roots, known, marker)
+    reap_adopted(keep)   # and those that had ended by themselves: left as zombies they pass to PID 1 with us
     return left

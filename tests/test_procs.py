@@ -143,3 +143,33 @@ def test_this_processs_ancestors_are_never_the_runs(tmp_path, monkeypatch):
     parent.env_home = str(home)
     monkeypatch.setattr(procs, "processes", lambda: table)
     assert me.ppid not in {q.pid for q in procs.run_processes(home)}
+
+
+# a "SuperLink" whose "ServerApp" (in a session of its own) ends by itself and is never waited for:
+# a zombie the SuperLink leaves behind, adopted by the launcher (a subreaper) when the SuperLink ends
+LINK_ZOMBIE = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    a = subprocess.Popen([sys.executable, "-c", "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid()))",
+                          sys.argv[1]], start_new_session=True)
+    signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+    time.sleep(300)
+""")
+
+SCRIPT_ZOMBIE = SCRIPT.replace(
+    'print(json.dumps({"stop_s": time.monotonic() - t0}))',
+    'me = str(os.getpid())\n'
+    'z = [d.name for d in Path("/proc").glob("[0-9]*") if (d / "stat").is_file()\n'
+    '     and (d / "stat").read_text().rsplit(")", 1)[1].split()[:2] == ["Z", me]]\n'
+    'print(json.dumps({"stop_s": time.monotonic() - t0, "zombies": z}))').replace("import json, sys, time",
+                                                                                  "import json, os, sys, time")
+
+
+def test_stop_reaps_the_children_that_ended_on_their_own(tmp_path):
+    """A process of the run that ended by itself and was adopted by the launcher is reaped by
+    ``stop``: left a zombie, it would pass to PID 1 when the launcher exits, and an init that does
+    not reap (a container's or a micro-VM's) keeps it for good."""
+    p = subprocess.run([sys.executable, "-c", SCRIPT_ZOMBIE, str(tmp_path), LINK_ZOMBIE, "subreaper"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stdout + p.stderr
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["zombies"] == [], info
