@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from flower_io import compat  # noqa: E402
-from launcher.cli import _path_with_interpreter, flower_bin, free_port, wait_port  # noqa: E402
+from launcher.cli import _path_with_interpreter, flower_bin, wait_port  # noqa: E402
+from launcher.ports import free_port  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 

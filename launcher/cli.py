@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,11 +43,13 @@ from flower_io import compat
 from flower_io.pulls import DEFAULT_PULL_BACKOFF
 from flower_io.pulls import ENV as PULL_BACKOFF_ENV
 from launcher import fab, procs
+from launcher.ports import free_port, listening, port_taken
 from launcher.supernode import DEFAULT_REPLY_POLL, LOCAL_IDLE_POLL, seconds_arg
 
 APP_DIR = Path(__file__).resolve().parents[1]
 NODE_NICE = 10            # SuperNodes' niceness when there are more of them than cores (Cluster._spawn)
 SUPEREXEC_POLL_S = 0.05   # FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the processes Corolla starts (Flower: 1 s)
+START_TRIES = 3           # starts of the SuperLink or of one SuperNode whose port another program took first
 
 
 def _path_with_interpreter(path: str) -> str:
@@ -69,20 +70,13 @@ def flower_bin(name: str) -> str:
                             "install the project (pip install -e .) into the interpreter that runs corolla")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
             raise RuntimeError(f"process {proc.args[0]} exited with code {proc.returncode} before listening on {port}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        if listening(port):
+            return
         time.sleep(0.2)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
 
@@ -104,6 +98,9 @@ class Cluster:
         self.procs: list[subprocess.Popen] = []
         self.subreaper = False   # set by start(): this process adopts the run's orphans
         self.node_procs: dict[int, subprocess.Popen] = {}
+        self.starting: dict[int, tuple[int, int]] = {}   # node -> (its port, its log's size at start) until it listens
+        self.start_tries: dict[int, int] = {}
+        self.link: subprocess.Popen | None = None
         self.fleet = ""     # where the SuperNodes reach the SuperLink's Fleet API (host:port)
         self.logs = out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -152,15 +149,57 @@ class Cluster:
             nc["data-dir"] = self.data_dir
         nc.setdefault("state-dir", str(self.out / "node-state" / f"node{i}"))
         ncs = " ".join(f"{k}={_toml_str(v) if isinstance(v, str) else v}" for k, v in nc.items())
+        port, mark = free_port(), self._log_size(f"supernode{i}")
         p = self._spawn(f"supernode{i}", [sys.executable, "-m", "launcher.supernode",
                                           "--idle-poll", str(self.idle_poll), "--reply-poll", str(self.reply_poll),
                                           "--clientapp-start", self.clientapp_start,
                                           "--pull-backoff", str(self.pull_backoff),
                                           "--insecure", "--superlink", self.fleet,
-                                          "--host", "127.0.0.1", "--port", str(free_port()),
+                                          "--host", "127.0.0.1", "--port", str(port),
                                           "--node-config", ncs], node=True)
         self.node_procs[i] = p
+        self.starting[i] = (port, mark)
+        self.start_tries[i] = self.start_tries.get(i, 0) + 1
         return p
+
+    def _write_pids(self) -> None:
+        """``logs/pids.json``: the SuperLink's and each SuperNode's pid (read by benchmarks/scale.py)."""
+        atomic_write_json(self.logs / "pids.json", {"superlink": self.link.pid,
+                                                    "supernodes": [self.node_procs[i].pid for i in sorted(self.node_procs)]})
+
+    def _log_size(self, name: str) -> int:
+        log = self.logs / f"{name}.log"
+        return log.stat().st_size if log.exists() else 0
+
+    def check_starts(self) -> list[int]:
+        """Start again, on another port, each SuperNode that ended before it listened on its
+        runtime port because another program took that port first (``launcher/ports.py``), at
+        most :data:`START_TRIES` starts per node; a node that ended for any other reason is left
+        to the run (it starts without it after the min-nodes wait). Called while the run goes;
+        returns the nodes started again."""
+        again = []
+        for i, (port, mark) in list(self.starting.items()):
+            p = self.node_procs.get(i)
+            if p is None or listening(port):   # killed on purpose (kill_node), or up
+                del self.starting[i]
+                continue
+            if p.poll() is None:
+                continue
+            del self.starting[i]
+            if not port_taken(self.logs / f"supernode{i}.log", mark):
+                continue
+            if self.start_tries[i] >= START_TRIES:
+                print(f"corolla: SuperNode {i} could not bind a free port in {START_TRIES} starts "
+                      f"(logs/supernode{i}.log); the run goes on without it", file=sys.stderr, flush=True)
+                continue
+            print(f"corolla: SuperNode {i} ended before it listened: 127.0.0.1:{port} was taken by another "
+                  f"program; starting it again on another port", file=sys.stderr, flush=True)
+            self.procs.remove(p)
+            self.start_node(i)
+            again.append(i)
+        if again:
+            self._write_pids()
+        return again
 
     def kill_node(self, i: int) -> None:
         """SIGKILL SuperNode ``i`` and the ClientApps it started (its process group)."""
@@ -175,23 +214,33 @@ class Cluster:
         # orphans of the run (a ServerApp whose SuperExec ended first, ...) come back to this process
         # instead of init, so that stop() still finds them among its descendants (launcher/procs.py)
         self.subreaper = procs.become_subreaper()
-        port = free_port()
-        cmd = [flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-               "--host", "127.0.0.1", "--port", str(port)]
-        if self.mode == "sim":
-            cmd += ["--simulation"]
-        else:   # the Fleet API: its own gRPC port on Flower 1.39, the shared HTTP port on 1.42
-            fleet_port = free_port()
-            cmd += compat.superlink_fleet_args("127.0.0.1", fleet_port)
-            self.fleet = compat.fleet_address("127.0.0.1", port, fleet_port)
-        link = self._spawn("superlink", cmd)
-        wait_port(port, link)
+        for attempt in range(1, START_TRIES + 1):
+            port, mark = free_port(), self._log_size("superlink")
+            cmd = [flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+                   "--host", "127.0.0.1", "--port", str(port)]
+            if self.mode == "sim":
+                cmd += ["--simulation"]
+            else:   # the Fleet API: its own gRPC port on Flower 1.39, the shared HTTP port on 1.42
+                fleet_port = free_port()
+                cmd += compat.superlink_fleet_args("127.0.0.1", fleet_port)
+                self.fleet = compat.fleet_address("127.0.0.1", port, fleet_port)
+            link = self._spawn("superlink", cmd)
+            try:
+                wait_port(port, link)
+                if self.mode == "local":
+                    wait_port(int(self.fleet.rsplit(":", 1)[1]), link)
+                break
+            except RuntimeError:   # ended before it listened: again only when its port was taken
+                if link.poll() is None or attempt == START_TRIES or not port_taken(self.logs / "superlink.log", mark):
+                    raise
+                print("corolla: the SuperLink's port was taken by another program; starting it on another port",
+                      file=sys.stderr, flush=True)
+                self.procs.remove(link)
         if self.mode == "local":
-            wait_port(int(self.fleet.rsplit(":", 1)[1]), link)
             for i in range(self.nodes):
                 self.start_node(i)
-        (self.logs / "pids.json").write_text(json.dumps(
-            {"superlink": link.pid, "supernodes": [p.pid for p in self.procs[1:]]}))
+        self.link = link
+        self._write_pids()
         (self.flwr_home / "config.toml").write_text(
             f'[superlink]\ndefault = "corolla"\n\n[superlink.corolla]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
         print(f"corolla: while it runs, Flower sees it: FLWR_HOME={self.flwr_home} flwr ls corolla "
@@ -412,6 +461,7 @@ def run_command(args: argparse.Namespace) -> int:
                                     start_new_session=True)
             cluster.procs.insert(0, proc)
             while proc.poll() is None:
+                cluster.check_starts()
                 procs.reap_adopted({p.pid for p in cluster.procs})   # orphans re-parented to this process
                 pos = _tail(progress, pos, show)
                 if summary_path.exists():

@@ -22,6 +22,7 @@ import yaml
 
 from flower_io import compat
 from launcher.cli import _path_with_interpreter, flower_bin
+from launcher.ports import free_port
 from tests.test_e2e import SMALL
 
 pytestmark = pytest.mark.e2e
@@ -74,9 +75,7 @@ def _kill(procs):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()   # below the ephemeral range: no outgoing connection takes it before the child binds
 
 
 def _wait_port(port: int, proc, timeout=60.0):

@@ -315,7 +315,7 @@ def test_dist_fedavg_through_real_superlink_equals_in_process(tmp_path, data_dir
 
 
 def _free_port():
-    from launcher.cli import free_port
+    from launcher.ports import free_port
 
     return free_port()
 

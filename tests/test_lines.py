@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from flower_io import compat
-from launcher.cli import free_port, wait_port
+from launcher.cli import wait_port
+from launcher.ports import free_port
 from tests.test_e2e import SMALL
 
 pytestmark = pytest.mark.e2e
