@@ -104,8 +104,10 @@ def _flag(args: list[str], name: str) -> str | None:
 
 def _probe(host: str, port: int, tls: bool, cafile: str | None, timeout: float) -> tuple[str, int | None] | None:
     """What answers at host:port: ``("http", status)`` for an HTTP/1.1 server (the status of a
-    POST to the HTTP Fleet API's register route), ``("h2", None)`` for an HTTP/2-only (gRPC)
-    server; None when nothing can be told (not listening yet, TLS not verified, ...)."""
+    GET of the HTTP Fleet API's register route: 405 where the route is, since it takes only POST,
+    404 where it is not; a GET, unlike an empty POST, leaves no error in the SuperLink's log),
+    ``("h2", None)`` for an HTTP/2-only (gRPC) server; None when nothing can be told (not
+    listening yet, TLS not verified, ...)."""
     import socket
     import ssl
     try:
@@ -123,7 +125,7 @@ def _probe(host: str, port: int, tls: bool, cafile: str | None, timeout: float) 
             if sock.selected_alpn_protocol() == "h2":
                 return ("h2", None)
         sock.settimeout(timeout)
-        sock.sendall(f"POST /v1/fleet/register-node HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n"
+        sock.sendall(f"GET /v1/fleet/register-node HTTP/1.1\r\nHost: {host}\r\n"
                      "Connection: close\r\n\r\n".encode())
         data = b""
         try:

@@ -221,3 +221,53 @@ def test_local_supernodes_share_the_commands_session_and_yield_when_crowded(tmp_
         assert os.getsid(link.pid) == link.pid and os.getpriority(os.PRIO_PROCESS, link.pid) == base
     finally:
         c.stop()
+
+
+def test_fleet_probe_reads_the_route_with_a_get_that_leaves_no_error_in_the_superlinks_log(tmp_path):
+    """``corolla supernode`` asks the SuperLink, before Flower's SuperNode starts, which Fleet
+    transport it speaks. On an HTTP line the register route answers the probe's GET with 405 (the
+    route is there, POST only) and the SuperLink logs no error for it (an empty POST logged
+    ``ApiError:1002 Unsupported Content-Type`` twice per node start); an HTTP server without the
+    route answers 404, which names the mismatch."""
+    import http.server
+    import os
+    import subprocess
+    import threading
+
+    from flower_io import compat
+    from launcher.cli import flower_bin, wait_port
+    from launcher.ports import free_port
+
+    if compat.fleet_transport() != "http":
+        pytest.skip("the HTTP Fleet API is Flower 1.40+'s; this line speaks gRPC")
+    port = free_port()
+    log = tmp_path / "superlink.log"
+    link = subprocess.Popen([flower_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+                             "--host", "127.0.0.1", "--port", str(port)], cwd=tmp_path, stdout=open(log, "wb"),
+                            stderr=subprocess.STDOUT, env={**os.environ, "FLWR_HOME": str(tmp_path)})
+    try:
+        wait_port(port, link)
+        assert supernode._probe("127.0.0.1", port, False, None, 5.0) == ("http", 405)
+        assert supernode.fleet_mismatch(["--insecure", "--superlink", f"127.0.0.1:{port}"]) is None
+        time.sleep(1.0)
+        text = log.read_text()
+        assert "ApiError" not in text and "ERROR" not in text, text[-2000:]
+    finally:
+        link.terminate()
+        link.wait(30)
+
+    class NoFleet(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404)
+
+        def log_message(self, *a):
+            pass
+    srv = http.server.HTTPServer(("127.0.0.1", 0), NoFleet)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        addr = f"127.0.0.1:{srv.server_address[1]}"
+        assert supernode._probe("127.0.0.1", srv.server_address[1], False, None, 5.0) == ("http", 404)
+        msg = supernode.fleet_mismatch(["--insecure", "--superlink", addr])
+        assert msg and msg.startswith(f"--superlink {addr} has no HTTP Fleet API (404"), msg
+    finally:
+        srv.shutdown()
