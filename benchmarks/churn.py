@@ -65,6 +65,7 @@ def drill(out: Path, nodes: int, rounds: int, every: int, min_alive: int, max_ev
         cluster.procs.insert(0, proc)
         seen = 0
         while proc.poll() is None and time.monotonic() - t0 < timeout:
+            cluster.check_starts()   # a node whose port was taken before it bound starts again (launcher/ports.py)
             if (out / "summary.json").exists():
                 break
             done = len(round_lines(out / "rounds.jsonl"))
