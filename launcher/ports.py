@@ -4,9 +4,9 @@ The launcher picks a port, then hands it to a child (the SuperLink, a SuperNode'
 that binds it seconds later, once it has imported Flower. A port found free by binding port 0
 comes from the kernel's *ephemeral* range (``/proc/sys/net/ipv4/ip_local_port_range``,
 32768–60999 by default) — the range every outgoing connection on the machine takes its local port
-from. In that window an outgoing connection can take the port, and the child exits with
-"address already in use" (seen in CI: a SuperNode's runtime API on 127.0.0.1:44097 while a run's
-other processes were connecting; the run went on with one node of two).
+from. In that window another socket can take the port, and the child exits with "address
+already in use" (seen in CI on 2026-12-07: a SuperNode's runtime API port, 127.0.0.1:44097, in the
+ephemeral range, was in use when the node bound it; the run went on with one node of two).
 
 So :func:`free_port` picks below the ephemeral range, where the kernel never assigns a port by
 itself (only a program that names the port can take it), and falls back to port 0 where the
@@ -24,9 +24,10 @@ EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST = 20000     # below this: well-known services' ports (and the Flower defaults 8000, 9091–9094)
 MIN_SPAN = 1000    # fewer free ports than this below the ephemeral range: use port 0 instead
 TRIES = 50
-#: a bind that failed, as the children log it: EADDRINUSE's text (uvicorn: Flower 1.42's SuperNode
-#: runtime API and SuperLink), and gRPC's own line (Flower 1.39's servers; gRPC names the cause only
-#: with GRPC_VERBOSITY=debug)
+#: a bind that failed, as the children log it: EADDRINUSE's text, which uvicorn (the SuperNode's
+#: runtime API on both lines, the SuperLink's HTTP APIs on 1.42) and gRPC's C core (the 1.39
+#: SuperLink's Fleet API) log, and the error Python's gRPC raises then (the SuperNode's case
+#: checked on both lines, gRPC's in the 1.39 venv)
 TAKEN = (b"address already in use", b"failed to bind to address")
 
 
