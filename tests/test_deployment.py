@@ -74,8 +74,7 @@ def _kill(procs):
         p.wait()
 
 
-def _free_port() -> int:
-    return free_port()   # below the ephemeral range: no outgoing connection takes it before the child binds
+_free_port = free_port   # below the ephemeral range (tests/test_secure_e2e.py imports this name)
 
 
 def _wait_port(port: int, proc, timeout=60.0):

@@ -19,6 +19,7 @@ import pytest
 from flower_io import compat
 from launcher import procs
 from launcher.cli import _path_with_interpreter, flower_bin
+from launcher.ports import free_port as _free_port
 from server_app.app import run_federation
 from tests.inproc import InProcessTransport, partitions
 
@@ -312,12 +313,6 @@ def test_dist_fedavg_through_real_superlink_equals_in_process(tmp_path, data_dir
     superlink_equals_in_process(tmp_path, data_dir, "distfedavg-ml100k",
                                 ["num-rounds=2", "min-user-interactions=200", "clients-per-round=6",
                                  "local-epochs=3"], inproc_nodes=2)
-
-
-def _free_port():
-    from launcher.ports import free_port
-
-    return free_port()
 
 
 # a drill on the default line (tests/test_lines.py's stock nodes from their own venv serve a run

@@ -38,13 +38,14 @@ def test_free_port_skips_a_port_that_is_bound(tmp_path):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         taken = held.getsockname()[1]
-        seq = iter([taken, 25001])
+        free = ports.free_port(path=rng_file)   # one that binds now, below the range
+        seq = iter([taken, free])
 
         class Pick(random.Random):
             def randrange(self, a, b):
                 return next(seq)
         # the held port is outside [LOWEST, 32768) here; free_port only asks whether it binds
-        assert ports.free_port(path=rng_file, rng=Pick()) == 25001
+        assert ports.free_port(path=rng_file, rng=Pick()) == free
 
 
 @pytest.mark.parametrize("text", ["1024 65535", "not numbers", None])
