@@ -60,7 +60,9 @@ def test_an_authors_log_reads_the_best_validation_round_latest_of_ties(tmp_path)
 
 def test_a_missing_result_file_is_named(tmp_path):
     bad = tmp_path / "t.toml"
-    bad.write_text(CATALOGUE.read_text().replace('"fedca-pmf-ml100k.json"]', '"nope-*.json"]', 1))
+    text = CATALOGUE.read_text()
+    assert '"fedca-pmf-ml100k.json"' in text
+    bad.write_text(text.replace('"fedca-pmf-ml100k.json"', '"nope-*.json"', 1))
     with pytest.raises(ConfigError, match="nope"):
         build(bad, RESULTS)
 
