@@ -3,7 +3,8 @@ Corolla's result for it, the authors' code's where it was run here, Δ to the pa
 
 Status, from the largest relative difference over the table's metrics: |Δ| ≤ ``tolerance`` (5 %) *reproduced*,
 ≤ ``level`` (20 %) *level only*, else *not reproduced*; *not run* (with the catalogue's reason)
-where no result exists. A row run in a reduced configuration is capped (``cap``).
+where no result exists. A row run in a reduced configuration, or whose numbers (the paper's and ours) both
+sit at a random ranking's level, is capped (``cap``).
 """
 
 from __future__ import annotations
