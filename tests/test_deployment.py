@@ -22,7 +22,7 @@ import yaml
 
 from flower_io import compat
 from launcher.cli import _path_with_interpreter, flower_bin
-from launcher.ports import free_port
+from launcher.ports import free_port as _free_port
 from tests.test_e2e import SMALL
 
 pytestmark = pytest.mark.e2e
@@ -72,9 +72,6 @@ def _kill(procs):
         except ProcessLookupError:
             pass
         p.wait()
-
-
-_free_port = free_port   # below the ephemeral range (tests/test_secure_e2e.py imports this name)
 
 
 def _wait_port(port: int, proc, timeout=60.0):

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import flower_bin
-from tests.test_deployment import _env, _free_port, _kill, _need_tls_tools, _tls_superlink
+from launcher.ports import free_port as _free_port
+from tests.test_deployment import _env, _kill, _need_tls_tools, _tls_superlink
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
