@@ -80,6 +80,7 @@ CORE: dict[str, Key] = {
     "mlp-layers": Key("64,32,16,8", "NCF tower: input width (2*dim) then hidden widths, comma-separated"),
     "mlp-init": Key("xavier", "NCF tower init: Xavier-uniform weights, zero biases ('xavier') or PyTorch's default nn.Linear init ('torch-default', FedCA code)", ("xavier", "torch-default")),
     "mlp-reg": Key("none", "L2 on the NCF tower in the loss: 'none', or 'sum-squares' = weight-decay times the sum of the squares of the tower's weights and biases, not divided by the batch (FedCIA's model/MLP.py loss)", ("none", "sum-squares")),
+    "ncf-arch": Key("mlp", "NCF network: 'mlp' = the tower over concat(p_u, q_i) (FedCA's NCF, FedCIA's model/MLP.py); 'neumf' = GMF and MLP side by side (FedCIA's model/NCF.py, He et al.'s NeuMF): user and item tables 2*dim wide, the first halves multiplied element-wise, the second halves through the tower (mlp-layers, no output layer), Linear(dim + last width, 1) over both; silo harness only", ("mlp", "neumf")),
     "gcn-layers": Key(5, "LightGCN propagation layers"),
     "loss": Key("bpr", "local loss", ("bpr", "bce", "fedcia-mse")),
     "optimizer": Key("adam", "local optimiser", ("adam", "sgd")),
@@ -381,6 +382,10 @@ def validate(cfg: dict[str, Any]) -> None:
         if not ncf or cfg["harness"] != "silo":
             raise ConfigError(f"config key 'mlp-reg': {cfg['mlp-reg']!r} regularises the NCF tower of the 'silo' "
                               f"harness's clients (FedCIA's MLP); got model={cfg['model']!r}, harness={cfg['harness']!r}")
+    if cfg["ncf-arch"] != "mlp" and (cfg["model"] != "ncf" or cfg["harness"] != "silo" or cfg["client-models"]):
+        raise ConfigError(f"config key 'ncf-arch': {cfg['ncf-arch']!r} builds the 'silo' harness's NCF (FedCIA's "
+                          f"model/NCF.py; a one-user client's user vector is dim wide); got model={cfg['model']!r}, "
+                          f"harness={cfg['harness']!r}, client-models={cfg['client-models']!r}")
     if cfg["model"] == "ncf" and not cfg["client-models"]:
         layers = int_list(cfg, "mlp-layers")
         if layers[0] != 2 * cfg["dim"]:

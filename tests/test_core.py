@@ -125,6 +125,40 @@ def test_fedcia_mlp_loss_with_the_codes_tower_regulariser():
         resolve(None, {"model": "mf", "mlp-reg": "sum-squares"})
 
 
+def test_neumf_is_fedcias_ncf_written_out_by_hand():
+    """``ncf-arch = neumf``: FedCIA's model/NCF.py, σ(W_p·[p_g ⊙ q_g ; ReLU(W_0·[p_m ; q_m] + b_0)] + b_p),
+    each table 2·dim wide (GMF half, MLP half), the loss ½[BCE(pos, 1) + BCE(neg, 0)] as the code's."""
+    cfg = {"model": "ncf", "ncf-arch": "neumf", "dim": 2, "mlp-layers": "4,3", "loss": "bce", "weight-decay": 0.0,
+           "harness": "silo"}
+    m = build_model(resolve(None, cfg), 2, 5)
+    assert m.user.weight.shape == (2, 4) and m.item.weight.shape == (5, 4)
+    assert m.predict.weight.shape == (1, 2 + 3)
+    assert set(m.shared_names()) == {"item.weight", "mlp.0.weight", "mlp.0.bias", "predict.weight", "predict.bias"}
+    b = {"user": torch.tensor([0, 1, 1]), "pos": torch.tensor([1, 2, 4]), "neg": torch.tensor([3, 0, 2])}
+    u, w0, b0 = m.user.weight.detach(), m.mlp[0].weight.detach(), m.mlp[0].bias.detach()
+    wp, bp, it = m.predict.weight.detach(), m.predict.bias.detach(), m.item.weight.detach()
+
+    def score(uu, ii):
+        gmf = u[uu, :2] * it[ii, :2]
+        tower = torch.relu(torch.cat([u[uu, 2:], it[ii, 2:]], -1) @ w0.T + b0)
+        return torch.sigmoid(torch.cat([gmf, tower], -1) @ wp.T + bp).squeeze(-1)
+
+    assert torch.allclose(torch.sigmoid(m(b["user"], b["pos"])), score(b["user"], b["pos"]), atol=1e-6)
+    full = torch.sigmoid(m.full_sort_scores(torch.tensor([0, 1])))
+    assert torch.allclose(full, torch.stack([score(torch.full((5,), k), torch.arange(5)) for k in (0, 1)]), atol=1e-6)
+    bce = torch.nn.functional.binary_cross_entropy
+    want = 0.5 * float(bce(score(b["user"], b["pos"]), torch.ones(3)) + bce(score(b["user"], b["neg"]), torch.zeros(3)))
+    assert m.loss(b).item() == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="ncf-arch"):   # a one-user client's user vector is dim wide
+        resolve("fedca-ncf-ml100k", {"ncf-arch": "neumf"})
+    with pytest.raises(ValueError, match="ncf-arch"):   # not an NCF
+        resolve(None, {"model": "mf", "harness": "silo", "ncf-arch": "neumf"})
+    with pytest.raises(ValueError, match="ncf-arch"):
+        resolve(None, {**cfg, "ncf-arch": "gmf"})
+    with pytest.raises(ValueError, match="hidden width"):
+        build_model(resolve(None, {**cfg, "mlp-layers": "4"}), 2, 5)
+
+
 def test_selection_on_valid_and_paper_compat_on_test(tmp_path):
     from server_app.results import RunRecorder
 

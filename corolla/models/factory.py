@@ -24,7 +24,7 @@ def build_model(cfg: dict[str, Any], n_users: int, n_items: int) -> RecModel:
     if cfg["model"] == "lightgcn":
         return LightGCN(n_users, n_items, cfg["dim"], cfg["gcn-layers"], cfg["loss"], cfg["weight-decay"])
     return NCF(n_users, n_items, cfg["dim"], int_list(cfg, "mlp-layers"), cfg["loss"], cfg["weight-decay"],
-               cfg.get("mlp-reg", "none"))
+               cfg.get("mlp-reg", "none"), cfg.get("ncf-arch", "mlp"))
 
 
 def init_params(model: RecModel, std: float, seed: int, names: list[str], mlp_init: str = "xavier") -> None:
